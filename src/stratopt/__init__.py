@@ -1,0 +1,54 @@
+"""stratopt: optimal parallelization strategies and device placements for deep-learning graphs.
+
+The core problem is a :class:`StrategyProblem` (one choice per vertex, node and edge costs,
+an optional usage limit); :func:`solve` runs any registered solver on it and returns a checked
+:class:`Result`; :func:`evaluate` prices an assignment exactly as the IOPDDL contest does.
+"""
+
+from stratopt.errors import (
+    CrossCheckError,
+    ModelError,
+    NoSolutionError,
+    SolverError,
+    SolverUnavailableError,
+    StratoptError,
+    UnsupportedProblemError,
+)
+from stratopt.instances import load_problem
+from stratopt.problem import (
+    FORBIDDEN,
+    Evaluation,
+    StrategyProblem,
+    evaluate,
+    read_iopddl,
+    write_iopddl,
+)
+from stratopt.solvers import solve
+from stratopt.solvers.base import Limit, Result, Solver, Status
+from stratopt.solvers.registry import available
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORBIDDEN",
+    "CrossCheckError",
+    "Evaluation",
+    "Limit",
+    "ModelError",
+    "NoSolutionError",
+    "Result",
+    "Solver",
+    "SolverError",
+    "SolverUnavailableError",
+    "Status",
+    "StrategyProblem",
+    "StratoptError",
+    "UnsupportedProblemError",
+    "__version__",
+    "available",
+    "evaluate",
+    "load_problem",
+    "read_iopddl",
+    "solve",
+    "write_iopddl",
+]

@@ -1,0 +1,780 @@
+"""The core problem: a pairwise cost network with an optional usage (memory) constraint.
+
+A :class:`StrategyProblem` has vertices ``0..n-1``; vertex ``v`` has ``K_v`` choices with costs
+``node_cost(v)``; each edge ``e = (u, v)`` has a ``K_u x K_v`` cost matrix. Parallel edges are
+kept: their costs add up. Optionally every vertex is live over a half-open time interval
+``[s, e)`` and each choice has a usage; at every time step the summed usage of the live vertices
+must stay at or below ``usage_limit``. The objective is the sum of chosen node and edge costs.
+
+Its file format is the public IOPDDL problem JSON (ASPLOS 2025 contest), read and written by
+:func:`read_iopddl` and :func:`write_iopddl`. Costs at or above :data:`FORBIDDEN` (the contest
+writes 1e18) mark a forbidden choice or pair: :func:`evaluate` adds them up exactly as the
+contest's evaluator does but reports the assignment infeasible.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stratopt.errors import ModelError
+
+__all__ = [
+    "FORBIDDEN",
+    "Evaluation",
+    "StrategyProblem",
+    "evaluate",
+    "from_iopddl_dict",
+    "read_iopddl",
+    "to_iopddl_dict",
+    "write_iopddl",
+]
+
+#: Costs at or above this value are forbidden (the IOPDDL files write 10**18).
+FORBIDDEN = 10**17
+
+_INT64_SAFE = 2**62
+
+Number = int | float
+
+
+def _as_number_array(values: list[Any], what: str) -> np.ndarray:
+    """One flat int64 array for integer input, float64 otherwise."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise ModelError(f"{what} must be numbers ({exc})") from None
+    if arr.dtype == object:  # integers beyond int64 or mixed junk
+        try:
+            arr = np.asarray(values, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise ModelError(f"{what} must be numbers") from None
+    if arr.dtype == bool or arr.dtype.kind not in "iuf":
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        raise ModelError(f"{what} must be numbers, found {arr.dtype.name} values")
+    if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
+            return arr.astype(np.float64)
+        return arr.astype(np.int64, copy=False)
+    return arr.astype(np.float64, copy=False)
+
+
+def _flatten(items: Sequence[Any], shapes: list[tuple[int, ...]], label) -> tuple[list, np.ndarray]:
+    """Concatenate per-item cost vectors or matrices, checking each one's shape.
+
+    ``label(i)`` names item ``i`` in error messages. Items may be flat sequences (row-major for a
+    matrix, as IOPDDL stores them) or nested sequences / arrays of the exact shape.
+    """
+    flat: list[Any] = []
+    sizes = np.empty(len(items), dtype=np.int64)
+    for i, (item, shape) in enumerate(zip(items, shapes, strict=True)):
+        expected = math.prod(shape)
+        if isinstance(item, list) and (not item or not isinstance(item[0], (list, tuple, np.ndarray))):
+            if len(item) != expected:
+                raise ModelError(f"{label(i)}: {_shape_text(len(item), shape)}")
+            flat.extend(item)
+        else:
+            try:
+                arr = np.asarray(item)
+            except (ValueError, TypeError):
+                raise ModelError(f"{label(i)}: not a regular list of numbers") from None
+            if arr.ndim == 1 and arr.size == expected and len(shape) == 2:
+                pass  # row-major flattened matrix
+            elif arr.shape != shape:
+                got = "x".join(map(str, arr.shape)) if arr.ndim else "a scalar"
+                want = "x".join(map(str, shape))
+                noun = "cost matrix" if len(shape) == 2 else "list"
+                raise ModelError(f"{label(i)}: {noun} is {got}, expected {want}")
+            flat.extend(arr.ravel().tolist())
+        sizes[i] = expected
+    return flat, sizes
+
+
+def _shape_text(got: int, shape: tuple[int, ...]) -> str:
+    if len(shape) == 1:
+        return f"{got} entries for {shape[0]} choices"
+    return f"{got} entries, expected {shape[0]}x{shape[1]} = {shape[0] * shape[1]}"
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    off = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    return off
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
+
+
+def _exact_sum(values: np.ndarray) -> Number:
+    """Sum exactly: a Python int for integer arrays (no int64 overflow), else a float."""
+    if values.dtype.kind == "f":
+        return float(values.sum())
+    if values.size == 0:
+        return 0
+    peak = int(np.abs(values).max())
+    if peak * values.size < _INT64_SAFE:
+        return int(values.sum())
+    return sum(values.tolist())
+
+
+def _forbidden_mask(values: np.ndarray) -> np.ndarray:
+    return values >= FORBIDDEN
+
+
+class StrategyProblem:
+    """A pairwise cost network: one choice per vertex, node and edge costs, optional usage limit.
+
+    Parameters
+    ----------
+    node_costs
+        One cost sequence per vertex; its length is the vertex's number of choices.
+    edges
+        Pairs ``(u, v)`` of vertex indices. Parallel edges are allowed and add up.
+    edge_costs
+        One cost matrix per edge, shaped ``K_u x K_v``, as a nested sequence, a 2-D array or a
+        flat row-major sequence (index ``c_u * K_v + c_v``, as IOPDDL stores it).
+    intervals, usages, usage_limit
+        The usage constraint: vertex ``v`` is live over ``[s_v, e_v)`` and choice ``c`` uses
+        ``usages[v][c]``; at every integer time the live usage must not exceed ``usage_limit``.
+        ``intervals`` and ``usages`` come together; ``usage_limit`` may be left out (no limit).
+    names
+        Optional unique vertex names; ``labels`` optional per-vertex choice labels.
+    name
+        The problem's name.
+
+    Raises
+    ------
+    ModelError
+        On any malformed part; the message names the vertex, edge or field.
+
+    Examples
+    --------
+    >>> p = StrategyProblem([[1, 2], [3, 0]], [(0, 1)], [[[0, 5], [5, 0]]])
+    >>> p.num_vertices, p.num_edges, p.num_choices.tolist()
+    (2, 1, [2, 2])
+    >>> evaluate(p, [1, 1]).objective
+    2
+    """
+
+    def __init__(
+        self,
+        node_costs: Sequence[Sequence[Number]],
+        edges: Sequence[Sequence[int]] = (),
+        edge_costs: Sequence[Any] = (),
+        *,
+        intervals: Sequence[Sequence[int]] | None = None,
+        usages: Sequence[Sequence[Number]] | None = None,
+        usage_limit: Number | None = None,
+        names: Sequence[str] | None = None,
+        labels: Sequence[Sequence[str]] | None = None,
+        name: str = "problem",
+    ) -> None:
+        node_costs = list(node_costs)
+        edges = list(edges)
+        edge_costs = list(edge_costs)
+        n = len(node_costs)
+        if n == 0:
+            raise ModelError("the problem has no vertices")
+
+        k = np.empty(n, dtype=np.int64)
+        for v, costs in enumerate(node_costs):
+            try:
+                k[v] = len(costs)
+            except TypeError:
+                raise ModelError(f"vertex {v}: costs must be a list of numbers") from None
+            if k[v] == 0:
+                raise ModelError(f"vertex {v}: empty choice list (every vertex needs a choice)")
+        self._set("_k", _readonly(k))
+        self._set("_names", self._check_names(names, n))
+        self._set("name", str(name))
+
+        flat, sizes = _flatten(node_costs, [(int(x),) for x in k], lambda v: f"vertex {self.vertex_label(v)}")
+        self._set("_node_off", _readonly(_offsets(sizes)))
+        self._set("_node_flat", _readonly(self._check_costs(_as_number_array(flat, "node costs"), "node")))
+
+        pairs = self._check_edges(edges, n)
+        self._set("_edges", _readonly(pairs))
+        if len(edge_costs) != len(pairs):
+            raise ModelError(f"{len(pairs)} edges but {len(edge_costs)} edge cost matrices")
+        shapes = [(int(k[u]), int(k[v])) for u, v in pairs.tolist()]
+        flat, sizes = _flatten(edge_costs, shapes, self.edge_label)
+        self._set("_edge_off", _readonly(_offsets(sizes)))
+        self._set("_edge_flat", _readonly(self._check_costs(_as_number_array(flat, "edge costs"), "edge")))
+
+        self._set_usage(intervals, usages, usage_limit)
+        self._set("_labels", self._check_labels(labels))
+
+    # -- construction helpers ------------------------------------------------------------------
+
+    def _set(self, attr: str, value: Any) -> None:
+        object.__setattr__(self, attr, value)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError("StrategyProblem is immutable; use replace() to derive a new one")
+
+    @staticmethod
+    def _check_names(names: Sequence[str] | None, n: int) -> tuple[str, ...] | None:
+        if names is None:
+            return None
+        names = tuple(names)
+        if len(names) != n:
+            raise ModelError(f"{len(names)} vertex names for {n} vertices")
+        seen: dict[str, int] = {}
+        for v, nm in enumerate(names):
+            if not isinstance(nm, str) or not nm:
+                raise ModelError(f"vertex {v}: name must be a non-empty string, got {nm!r}")
+            if nm in seen:
+                raise ModelError(f"vertex {v}: name {nm!r} is already used by vertex {seen[nm]}")
+            seen[nm] = v
+        return names
+
+    def _check_labels(self, labels: Sequence[Sequence[str]] | None) -> tuple[tuple[str, ...], ...] | None:
+        if labels is None:
+            return None
+        labels = [tuple(map(str, lab)) for lab in labels]
+        if len(labels) != self.num_vertices:
+            raise ModelError(f"{len(labels)} label lists for {self.num_vertices} vertices")
+        for v, lab in enumerate(labels):
+            if len(lab) != self._k[v]:
+                raise ModelError(f"vertex {self.vertex_label(v)}: {len(lab)} choice labels for {self._k[v]} choices")
+        return tuple(labels)
+
+    def _check_costs(self, flat: np.ndarray, kind: str) -> np.ndarray:
+        if flat.dtype.kind == "f":
+            bad = np.flatnonzero(np.isnan(flat) | (flat == -np.inf))
+            if bad.size:
+                i = int(bad[0])
+                what = "NaN" if math.isnan(flat[i]) else "-inf"
+                raise ModelError(f"{self._locate(kind, i)}: cost is {what}")
+        return flat
+
+    def _locate(self, kind: str, flat_index: int) -> str:
+        off = self._node_off if kind == "node" else self._edge_off
+        item = int(np.searchsorted(off, flat_index, side="right")) - 1
+        pos = flat_index - int(off[item])
+        if kind == "node":
+            return f"vertex {self.vertex_label(item)} choice {pos}"
+        kv = int(self._k[self._edges[item, 1]])
+        return f"{self.edge_label(item)} entry ({pos // kv}, {pos % kv})"
+
+    def _check_edges(self, edges: list, n: int) -> np.ndarray:
+        pairs = np.empty((len(edges), 2), dtype=np.int64)
+        for e, pair in enumerate(edges):
+            try:
+                u, v = pair
+            except (TypeError, ValueError):
+                raise ModelError(f"edge {e}: expected a pair of vertex indices, got {pair!r}") from None
+            for x in (u, v):
+                if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                    raise ModelError(f"edge {e}: vertex index {x!r} is not an integer")
+                if not 0 <= x < n:
+                    raise ModelError(f"edge {e} ({u} -> {v}): vertex {x} does not exist (the problem has {n} vertices)")
+            if u == v:
+                raise ModelError(f"edge {e} joins vertex {self.vertex_label(u)} to itself; fold its diagonal into the node costs")
+            pairs[e] = (u, v)
+        return pairs
+
+    def _set_usage(self, intervals, usages, usage_limit) -> None:
+        if (intervals is None) != (usages is None):
+            missing = "usages" if usages is None else "intervals"
+            raise ModelError(f"a usage constraint needs both intervals and usages; {missing} are missing")
+        if intervals is None:
+            if usage_limit is not None:
+                raise ModelError("usage_limit is given but the vertices have no intervals and usages")
+            for attr in ("_intervals", "_usage_flat", "_usage_limit"):
+                self._set(attr, None)
+            return
+        n = self.num_vertices
+        intervals = list(intervals)
+        if len(intervals) != n:
+            raise ModelError(f"{len(intervals)} intervals for {n} vertices")
+        iv = np.empty((n, 2), dtype=np.int64)
+        for v, pair in enumerate(intervals):
+            try:
+                s, e = pair
+                if isinstance(s, bool) or isinstance(e, bool) or int(s) != s or int(e) != e:
+                    raise TypeError
+            except (TypeError, ValueError):
+                raise ModelError(f"vertex {self.vertex_label(v)}: interval must be two integers [start, end], got {pair!r}") from None
+            if s > e:
+                raise ModelError(f"vertex {self.vertex_label(v)}: interval [{s}, {e}) is reversed (start after end)")
+            iv[v] = (s, e)
+        self._set("_intervals", _readonly(iv))
+
+        usages = list(usages)
+        if len(usages) != n:
+            raise ModelError(f"{len(usages)} usage lists for {n} vertices")
+        flat, _ = _flatten(usages, [(int(x),) for x in self._k], lambda v: f"vertex {self.vertex_label(v)} usages")
+        u = _as_number_array(flat, "usages")
+        if u.dtype.kind == "f" and not np.isfinite(u).all():
+            i = int(np.flatnonzero(~np.isfinite(u))[0])
+            raise ModelError(f"{self._locate('node', i)}: usage is {u[i]}")
+        if u.size and u.min() < 0:
+            i = int(np.argmin(u))
+            raise ModelError(f"{self._locate('node', i)}: usage {u[i]} is negative")
+        self._set("_usage_flat", _readonly(u))
+
+        if usage_limit is not None:
+            if isinstance(usage_limit, bool) or not isinstance(usage_limit, (int, float, np.integer, np.floating)):
+                raise ModelError(f"usage_limit must be a number, got {usage_limit!r}")
+            if isinstance(usage_limit, (float, np.floating)) and not math.isfinite(usage_limit):
+                raise ModelError(f"usage_limit must be finite, got {usage_limit}")
+            if usage_limit < 0:
+                raise ModelError(f"usage_limit {usage_limit} is negative")
+            usage_limit = int(usage_limit) if isinstance(usage_limit, (int, np.integer)) else float(usage_limit)
+        self._set("_usage_limit", usage_limit)
+
+    # -- sizes and names -----------------------------------------------------------------------
+
+    @property
+    def num_vertices(self) -> int:
+        return len(self._k)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self._edges)
+
+    @property
+    def num_choices(self) -> np.ndarray:
+        """Number of choices per vertex (read-only int64 array)."""
+        return self._k
+
+    @property
+    def search_space_size(self) -> int:
+        """The number of complete assignments, prod(K_v), as an exact integer."""
+        return math.prod(self._k.tolist())
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        return self._names
+
+    @property
+    def labels(self) -> tuple[tuple[str, ...], ...] | None:
+        return self._labels
+
+    def vertex_label(self, v: int) -> str:
+        """``"3"`` or ``"3 (conv1)"`` when vertices have names: how messages name a vertex."""
+        if self._names is None:
+            return str(v)
+        return f"{v} ({self._names[v]})"
+
+    def edge_label(self, e: int) -> str:
+        u, v = (int(x) for x in self._edges[e])
+        if self._names is None:
+            return f"edge {e} ({u} -> {v})"
+        return f"edge {e} ({self._names[u]} -> {self._names[v]})"
+
+    # -- costs ---------------------------------------------------------------------------------
+
+    @property
+    def is_integral(self) -> bool:
+        """True when all costs are integers (objectives are then exact Python ints)."""
+        return self._node_flat.dtype.kind == "i" and self._edge_flat.dtype.kind == "i"
+
+    def node_cost(self, v: int) -> np.ndarray:
+        """Cost vector of vertex ``v`` (a read-only view)."""
+        return self._node_flat[self._node_off[v] : self._node_off[v + 1]]
+
+    def edge_cost(self, e: int) -> np.ndarray:
+        """Cost matrix ``K_u x K_v`` of edge ``e`` (a read-only view)."""
+        u, v = self._edges[e]
+        return self._edge_flat[self._edge_off[e] : self._edge_off[e + 1]].reshape(self._k[u], self._k[v])
+
+    @cached_property
+    def node_costs(self) -> tuple[np.ndarray, ...]:
+        return tuple(self.node_cost(v) for v in range(self.num_vertices))
+
+    @cached_property
+    def edge_costs(self) -> tuple[np.ndarray, ...]:
+        return tuple(self.edge_cost(e) for e in range(self.num_edges))
+
+    @property
+    def edges(self) -> np.ndarray:
+        """``(m, 2)`` read-only array of edge endpoints, in input order."""
+        return self._edges
+
+    # Flat (CSR-like) storage for vectorised solvers: entry c of vertex v is flat[off[v] + c];
+    # entry (a, b) of edge e is flat[off[e] + a * K_v + b].
+    @property
+    def node_offsets(self) -> np.ndarray:
+        return self._node_off
+
+    @property
+    def node_flat(self) -> np.ndarray:
+        return self._node_flat
+
+    @property
+    def edge_offsets(self) -> np.ndarray:
+        return self._edge_off
+
+    @property
+    def edge_flat(self) -> np.ndarray:
+        return self._edge_flat
+
+    # -- usage ---------------------------------------------------------------------------------
+
+    @property
+    def has_usage(self) -> bool:
+        """True when vertices carry intervals and usages (a limit may still be absent)."""
+        return self._intervals is not None
+
+    @property
+    def intervals(self) -> np.ndarray | None:
+        return self._intervals
+
+    @property
+    def usage_flat(self) -> np.ndarray | None:
+        return self._usage_flat
+
+    @property
+    def usage_limit(self) -> Number | None:
+        return self._usage_limit
+
+    def usage(self, v: int) -> np.ndarray:
+        if self._usage_flat is None:
+            raise ModelError("the problem has no usages")
+        return self._usage_flat[self._node_off[v] : self._node_off[v + 1]]
+
+    @cached_property
+    def time_slots(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Compressed time axis ``(times, start_slot, end_slot)``.
+
+        ``times`` are the sorted distinct interval endpoints; slot ``i`` covers
+        ``[times[i], times[i+1])``, in which the live set does not change. Vertex ``v`` is live in
+        slots ``start_slot[v] .. end_slot[v] - 1``. Checking every slot equals checking every
+        integer time, as the contest does.
+        """
+        if self._intervals is None:
+            raise ModelError("the problem has no intervals")
+        times = np.unique(self._intervals)
+        start = np.searchsorted(times, self._intervals[:, 0])
+        end = np.searchsorted(times, self._intervals[:, 1])
+        return _readonly(times), _readonly(start), _readonly(end)
+
+    # -- derivation ----------------------------------------------------------------------------
+
+    def replace(self, **changes: Any) -> StrategyProblem:
+        """A new problem with some constructor arguments changed (``usage_limit=None`` drops the limit).
+
+        Examples
+        --------
+        >>> p = StrategyProblem([[1], [2]], intervals=[[0, 1], [0, 1]], usages=[[1], [1]], usage_limit=2)
+        >>> p.replace(usage_limit=None).usage_limit is None
+        True
+        """
+        args: dict[str, Any] = {
+            "node_costs": list(self.node_costs),
+            "edges": self._edges.tolist(),
+            "edge_costs": list(self.edge_costs),
+            "intervals": None if self._intervals is None else self._intervals.tolist(),
+            "usages": None if self._usage_flat is None else [self.usage(v) for v in range(self.num_vertices)],
+            "usage_limit": self._usage_limit,
+            "names": self._names,
+            "labels": self._labels,
+            "name": self.name,
+        }
+        unknown = set(changes) - set(args)
+        if unknown:
+            raise TypeError(f"replace() got unknown fields: {', '.join(sorted(unknown))}")
+        args.update(changes)
+        return StrategyProblem(**args)
+
+    def __repr__(self) -> str:
+        limit = "" if self._usage_limit is None else f", usage_limit={self._usage_limit}"
+        return (
+            f"StrategyProblem({self.name!r}, vertices={self.num_vertices}, edges={self.num_edges}, "
+            f"max_choices={int(self._k.max())}{limit})"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What an assignment costs and whether it is allowed.
+
+    ``objective`` is the contest's sum of chosen node and edge costs (exact for integer problems,
+    forbidden entries included as the numbers they are). ``feasible`` is False when a forbidden
+    entry is chosen or the usage limit is exceeded at some time; ``violation`` then describes the
+    first one (forbidden entries in file order first, then the earliest usage overflow).
+    ``peak_usage`` is the highest live usage, or None without usages.
+    """
+
+    objective: Number
+    feasible: bool
+    violation: str | None
+    peak_usage: Number | None
+
+
+def check_assignment(problem: StrategyProblem, assignment: Iterable[int]) -> np.ndarray:
+    """Validate an assignment (one choice index per vertex) and return it as an int64 array.
+
+    Raises
+    ------
+    ModelError
+        On a wrong length, a non-integer entry or a choice index out of range.
+    """
+    if isinstance(assignment, np.ndarray):
+        raw = assignment
+    else:
+        raw = np.asarray(list(assignment), dtype=object)
+    n = problem.num_vertices
+    if raw.ndim != 1:
+        raise ModelError(f"assignment must be a flat list of choice indices, got shape {raw.shape}")
+    if len(raw) != n:
+        raise ModelError(f"assignment has {len(raw)} entries, expected {n} (one per vertex)")
+    if raw.dtype.kind in "iu":
+        a = raw.astype(np.int64)
+    else:
+        a = np.empty(n, dtype=np.int64)
+        for v, x in enumerate(raw.tolist()):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or x != int(x):
+                raise ModelError(f"assignment[{v}] = {x!r} is not a choice index")
+            a[v] = int(x)
+    bad = np.flatnonzero((a < 0) | (a >= problem.num_choices))
+    if bad.size:
+        v = int(bad[0])
+        raise ModelError(
+            f"assignment[{v}] = {a[v]} is out of range: vertex {problem.vertex_label(v)} "
+            f"has {problem.num_choices[v]} choices (0..{problem.num_choices[v] - 1})"
+        )
+    return a
+
+
+def usage_profile(problem: StrategyProblem, assignment: np.ndarray) -> np.ndarray:
+    """Live usage in each slot of ``problem.time_slots`` (int64, or float for float usages)."""
+    _, start, end = problem.time_slots
+    used = problem.usage_flat[problem.node_offsets[:-1] + assignment]
+    diff = np.zeros(len(problem.time_slots[0]) + 1, dtype=used.dtype if used.dtype.kind == "f" else np.int64)
+    if used.dtype.kind != "f" and used.size and int(used.max()) * used.size >= _INT64_SAFE:
+        diff = diff.astype(object)
+    np.add.at(diff, start, used)
+    np.add.at(diff, end, -used)
+    return np.cumsum(diff[:-1])
+
+
+def evaluate(problem: StrategyProblem, assignment: Iterable[int]) -> Evaluation:
+    """Cost and feasibility of an assignment, following the IOPDDL contest's evaluation.
+
+    Parameters
+    ----------
+    problem
+        The problem.
+    assignment
+        One choice index per vertex, in vertex order.
+
+    Returns
+    -------
+    Evaluation
+
+    Raises
+    ------
+    ModelError
+        If the assignment has the wrong length or an index out of range.
+
+    References
+    ----------
+    ASPLOS 2025 / EuroSys 2025 Contest on Intra-Operator Parallelism for Distributed Deep
+    Learning: evaluation sums node and edge costs and checks usage at every t in [start, end).
+
+    Examples
+    --------
+    >>> p = StrategyProblem([[5, 1], [2, 2]], [(0, 1)], [[0, 3, 3, 0]],
+    ...                     intervals=[[0, 2], [1, 3]], usages=[[1, 4], [1, 1]], usage_limit=4)
+    >>> r = evaluate(p, [1, 0])
+    >>> r.objective, r.feasible
+    (6, False)
+    >>> r.violation
+    'usage 5 exceeds the limit 4 at time 1 (2 vertices live)'
+    >>> evaluate(p, [0, 0]).feasible
+    True
+    """
+    a = check_assignment(problem, assignment)
+    node_picks = problem.node_flat[problem.node_offsets[:-1] + a]
+    edges = problem.edges
+    k = problem.num_choices
+    edge_picks = problem.edge_flat[problem.edge_offsets[:-1] + a[edges[:, 0]] * k[edges[:, 1]] + a[edges[:, 1]]]
+    objective = _exact_sum(node_picks) + _exact_sum(edge_picks)
+
+    violation = None
+    bad = np.flatnonzero(_forbidden_mask(node_picks))
+    if bad.size:
+        v = int(bad[0])
+        violation = f"vertex {problem.vertex_label(v)} choice {a[v]} is forbidden (cost {node_picks[v]})"
+    else:
+        bad = np.flatnonzero(_forbidden_mask(edge_picks))
+        if bad.size:
+            e = int(bad[0])
+            u, v = edges[e]
+            violation = f"{problem.edge_label(e)} pair ({a[u]}, {a[v]}) is forbidden (cost {edge_picks[e]})"
+
+    peak = None
+    if problem.has_usage:
+        profile = usage_profile(problem, a)
+        peak = _plain(profile.max()) if profile.size else 0
+        limit = problem.usage_limit
+        if violation is None and limit is not None and peak > limit:
+            slot = int(np.flatnonzero(profile > limit)[0])
+            times, start, end = problem.time_slots
+            live = int(np.count_nonzero((start <= slot) & (end > slot)))
+            violation = (
+                f"usage {_plain(profile[slot])} exceeds the limit {limit} at time {int(times[slot])} "
+                f"({live} vertices live)"
+            )
+    return Evaluation(objective=objective, feasible=violation is None, violation=violation, peak_usage=peak)
+
+
+def _plain(x: Any) -> Number:
+    """A numpy scalar as a plain Python number."""
+    return x.item() if hasattr(x, "item") else x
+
+
+# ---------------------------------------------------------------------------------------------
+# IOPDDL files
+
+
+def from_iopddl_dict(data: Any, *, source: str = "problem") -> StrategyProblem:
+    """Build a problem from parsed IOPDDL JSON (``{"problem": {...}}``).
+
+    Optional fields ``problem.nodes.names`` and ``problem.nodes.labels`` (ours; other readers
+    ignore them) carry vertex names and choice labels.
+    """
+
+    def need(obj: Any, key: str, path: str, kind: type = dict) -> Any:
+        if not isinstance(obj, dict) or key not in obj:
+            raise ModelError(f"{source}: {path}.{key} is missing")
+        value = obj[key]
+        if not isinstance(value, kind):
+            raise ModelError(f"{source}: {path}.{key} must be a {'JSON object' if kind is dict else 'list'}")
+        return value
+
+    if not isinstance(data, dict):
+        raise ModelError(f"{source}: expected a JSON object with a 'problem' field")
+    prob = need(data, "problem", "")
+    nodes = need(prob, "nodes", "problem")
+    costs = need(nodes, "costs", "problem.nodes", list)
+    intervals = need(nodes, "intervals", "problem.nodes", list)
+    usages = need(nodes, "usages", "problem.nodes", list)
+    if "edges" in prob:
+        edges_obj = need(prob, "edges", "problem")
+        pairs = need(edges_obj, "nodes", "problem.edges", list)
+        edge_costs = need(edges_obj, "costs", "problem.edges", list)
+    else:
+        pairs, edge_costs = [], []
+    for e, pair in enumerate(pairs):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ModelError(f"{source}: problem.edges.nodes[{e}] must be a pair [u, v], got {pair!r}")
+    for e, row in enumerate(edge_costs):
+        if not isinstance(row, list):
+            raise ModelError(f"{source}: problem.edges.costs[{e}] must be a list of numbers")
+    for v, row in enumerate(costs):
+        if not isinstance(row, list):
+            raise ModelError(f"{source}: problem.nodes.costs[{v}] must be a list of numbers")
+    try:
+        return StrategyProblem(
+            costs,
+            pairs,
+            edge_costs,
+            intervals=intervals,
+            usages=usages,
+            usage_limit=prob.get("usage_limit"),
+            names=nodes.get("names"),
+            labels=nodes.get("labels"),
+            name=str(prob.get("name", source)),
+        )
+    except ModelError as exc:
+        raise ModelError(f"{source}: {exc}") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ModelError(f"{path}: is a directory, not a problem file") from None
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ModelError(f"{path}: broken gzip data ({exc})") from None
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise ModelError(f"{path}: not a JSON text file") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def read_iopddl(path: str | os.PathLike[str]) -> StrategyProblem:
+    """Read an IOPDDL problem file (plain or gzip-compressed JSON, detected by content).
+
+    Raises
+    ------
+    ModelError
+        If the file is missing, is not JSON, or does not describe a valid problem; the message
+        starts with the path.
+    """
+    path = Path(path)
+    return from_iopddl_dict(_read_json(path), source=str(path))
+
+
+def to_iopddl_dict(problem: StrategyProblem) -> dict[str, Any]:
+    """The IOPDDL JSON object of a problem.
+
+    A problem without usages is written with empty intervals ``[0, 0]`` and zero usages, so that
+    the contest's own tools (which require those fields) can read it; that adds no constraint.
+    """
+    n = problem.num_vertices
+    nodes: dict[str, Any] = {}
+    if problem.has_usage:
+        nodes["intervals"] = problem.intervals.tolist()
+        nodes["usages"] = [problem.usage(v).tolist() for v in range(n)]
+    else:
+        nodes["intervals"] = [[0, 0]] * n
+        nodes["usages"] = [[0] * int(k) for k in problem.num_choices]
+    nodes["costs"] = [problem.node_cost(v).tolist() for v in range(n)]
+    if problem.names is not None:
+        nodes["names"] = list(problem.names)
+    if problem.labels is not None:
+        nodes["labels"] = [list(lab) for lab in problem.labels]
+    out: dict[str, Any] = {
+        "name": problem.name,
+        "nodes": nodes,
+        "edges": {
+            "nodes": problem.edges.tolist(),
+            "costs": [
+                problem.edge_flat[problem.edge_offsets[e] : problem.edge_offsets[e + 1]].tolist()
+                for e in range(problem.num_edges)
+            ],
+        },
+    }
+    if problem.usage_limit is not None:
+        out["usage_limit"] = problem.usage_limit
+    return {"problem": out}
+
+
+def write_iopddl(problem: StrategyProblem, path: str | os.PathLike[str]) -> None:
+    """Write a problem as IOPDDL JSON; a path ending in ``.gz`` is gzip-compressed."""
+    path = Path(path)
+    text = json.dumps(to_iopddl_dict(problem), separators=(",", ":")).encode()
+    if path.suffix == ".gz":
+        text = gzip.compress(text, mtime=0)
+    path.write_bytes(text)

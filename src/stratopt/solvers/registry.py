@@ -1,0 +1,82 @@
+"""The one list of registered solvers.
+
+Each entry names the module and class that implement it, the Python modules it needs and the
+extra that installs them. :func:`available` checks the needed modules without importing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+
+from stratopt.errors import SolverUnavailableError
+from stratopt.solvers.base import Solver
+
+__all__ = ["SolverInfo", "available", "get", "names"]
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    name: str
+    module: str
+    attr: str
+    exact: bool
+    summary: str
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
+
+
+_SOLVERS: tuple[SolverInfo, ...] = (
+    SolverInfo(
+        "brute",
+        "stratopt.solvers.brute",
+        "BruteForce",
+        exact=True,
+        summary="exhaustive enumeration; reference for tiny problems",
+    ),
+    SolverInfo(
+        "greedy",
+        "stratopt.solvers.greedy",
+        "Greedy",
+        exact=False,
+        summary="usage-aware greedy with local descent; fast, no proof",
+    ),
+)
+
+_BY_NAME = {info.name: info for info in _SOLVERS}
+
+
+def names() -> list[str]:
+    """All registered solver names, installed or not."""
+    return [info.name for info in _SOLVERS]
+
+
+def info(name: str) -> SolverInfo:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise SolverUnavailableError(f"unknown solver {name!r}; registered solvers: {', '.join(names())}") from None
+
+
+def available(name: str | None = None) -> bool | list[str]:
+    """Whether solver ``name`` can run here; without a name, the list of those that can."""
+    if name is None:
+        return [n for n in names() if available(n)]
+    return all(importlib.util.find_spec(mod) is not None for mod in info(name).requires)
+
+
+def get(name: str) -> Solver:
+    """An instance of the registered solver ``name``.
+
+    Raises
+    ------
+    SolverUnavailableError
+        If the name is unknown or its back-end is not installed (the message names the extra).
+    """
+    entry = info(name)
+    if not available(name):
+        hint = f"pip install 'stratopt[{entry.extra}]'" if entry.extra else "reinstall stratopt"
+        raise SolverUnavailableError(f"solver {name!r} needs {', '.join(entry.requires)}: {hint}")
+    cls = getattr(importlib.import_module(entry.module), entry.attr)
+    return cls()
