@@ -1,0 +1,132 @@
+"""A fast usage-aware heuristic: cheapest start, block descent, priced repair, guarded descent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from stratopt.problem import FORBIDDEN, StrategyProblem
+from stratopt.solvers._local import FORBIDDEN_COST, Domains, InducedForest, LocalEngine
+from stratopt.solvers.base import Limit, Result, Status
+
+__all__ = ["Greedy"]
+
+
+class Greedy:
+    """Greedy start plus exact block descent, made to respect the usage limit.
+
+    0. Arc consistency over the forbidden entries prunes choices that no allowed assignment
+       uses; a wiped-out domain proves infeasibility.
+    1. A forward-checking construction gives every vertex its cheapest choice given its assigned
+       neighbours, keeping all domains non-empty. Then, until nothing improves: best-response
+       descent by colour class, and exact min-sum DP over a few vertex sets that induce forests
+       (everything else fixed). Both are block-coordinate steps: the cost never rises.
+    2. While the live usage exceeds the limit somewhere, the over-full time slots get a price
+       per unit of usage, raised geometrically each round, and one pass of step 1's descent
+       re-runs on the priced costs.
+    3. Descent on the true costs, taking only steps that keep the usage within the limit.
+
+    If every vertex at its least-usage choice still exceeds the limit, no assignment can meet it
+    and the status is INFEASIBLE (a proof). Otherwise the result is FEASIBLE (no proof of
+    optimality) or NO_SOLUTION when no feasible assignment was reached.
+    """
+
+    name = "greedy"
+    exact = False
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        forests: int = 4,
+        max_rounds: int = 60,
+        growth: float = 3.0,
+        progress: Any = None,
+    ) -> Result:
+        t0 = time.perf_counter()
+        deadline = None if time_limit is None else t0 + time_limit
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.perf_counter() > deadline
+
+        def say(msg: str) -> None:
+            if progress is not None:
+                progress(f"[greedy {time.perf_counter() - t0:6.1f}s] {msg}")
+
+        engine = LocalEngine(problem)
+        stats: dict[str, Any] = {"colour_classes": len(engine.classes)}
+        limit = problem.usage_limit
+        domains = Domains(problem)
+        if not domains.propagate(list(domains.allowed)):
+            stats["proof"] = "arc consistency empties a domain: every assignment uses a forbidden entry"
+            return Result(self.name, Status.INFEASIBLE, stats=stats)
+        # Choices that arc consistency removed can never be part of an allowed assignment.
+        engine.node[~domains.alive] = FORBIDDEN_COST
+        stats["pruned_choices"] = int((~domains.alive).sum() - (problem.node_flat >= FORBIDDEN).sum())
+        if engine.has_limit:
+            floor = engine.profile(engine.min_usage_start(problem.usage_flat))
+            if floor.size and floor.max() > limit:
+                stats["least_usage_peak"] = floor.max().item()
+                stats["proof"] = "every vertex at its least usage still exceeds the limit"
+                return Result(self.name, Status.INFEASIBLE, stats=stats)
+
+        rng = np.random.default_rng(seed)
+        degree = np.bincount(problem.edges.ravel(), minlength=engine.n)
+        # Hubs first: a hub whose edges only allow matching choices can move only together with
+        # its whole star, which a forest grown from the hub contains.
+        orders = [np.argsort(-degree, kind="stable"), np.arange(engine.n), np.arange(engine.n)[::-1]]
+        orders += [np.argsort(-degree + rng.random(engine.n) * 2) for _ in range(max(0, forests - 3))]
+        blocks = [InducedForest(engine, order) for order in orders[:forests]]
+        stats["forest_coverage"] = [round(float(b.inside.mean()), 3) for b in blocks]
+        say(f"{engine.n} vertices, {len(engine.classes)} colour classes, forests cover {stats['forest_coverage']}")
+
+        def improve(
+            a: np.ndarray, penalty: np.ndarray | None = None, guard: bool = False, passes: int = 1000
+        ) -> np.ndarray:
+            for _ in range(passes):
+                if out_of_time():
+                    break
+                changed = False
+                for block in blocks:
+                    new, gain = block.step(a, penalty)
+                    if gain > 0 and (not guard or engine.profile(new).max() <= limit):
+                        a, changed = new, True
+                    if out_of_time():
+                        break
+                a, _, moves = engine.descend(a, penalty=penalty, guard=guard, deadline_check=out_of_time)
+                if not changed and moves == 0:
+                    break
+            return a
+
+        a = improve(domains.construct(engine, np.arange(engine.n)))
+        stats["unconstrained_cost"] = engine.total_cost(a)
+        say(f"cost ignoring usage: {stats['unconstrained_cost']:.6g}")
+        if engine.has_limit:
+            profile = engine.profile(a)
+            price = np.zeros(engine.num_slots)
+            # The first price is a small fraction of the average cost per unit of usage.
+            unit = max(stats["unconstrained_cost"] % FORBIDDEN, 1.0) / max(float(profile.sum()), 1.0) * 1e-3
+            rounds = 0
+            while profile.max() > limit and rounds < max_rounds and not out_of_time():
+                rounds += 1
+                over = profile > limit
+                price[over] = np.maximum(price[over] * growth, unit)
+                a = improve(a, engine.vertex_penalty(price), passes=1)
+                profile = engine.profile(a)
+                say(f"round {rounds}: peak/limit {profile.max() / limit:.4f}, cost {engine.total_cost(a):.6g}")
+            stats["penalty_rounds"] = rounds
+            if profile.max() > limit:
+                stats["peak_usage"] = profile.max().item()
+                why = Limit.TIME if out_of_time() else Limit.ITERATION
+                return Result(self.name, Status.NO_SOLUTION, limit=why, stats=stats)
+        a = improve(a, guard=True)
+        cost = engine.total_cost(a)
+        say(f"final cost {cost:.6g}")
+        if cost >= FORBIDDEN:
+            return Result(self.name, Status.NO_SOLUTION, limit=Limit.HEURISTIC, stats=stats)
+        why = Limit.TIME if out_of_time() else Limit.HEURISTIC
+        return Result(self.name, Status.FEASIBLE, assignment=tuple(a.tolist()), limit=why, stats=stats)
