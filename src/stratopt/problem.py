@@ -283,7 +283,9 @@ class StrategyProblem:
                 if not 0 <= x < n:
                     raise ModelError(f"edge {e} ({u} -> {v}): vertex {x} does not exist (the problem has {n} vertices)")
             if u == v:
-                raise ModelError(f"edge {e} joins vertex {self.vertex_label(u)} to itself; fold its diagonal into the node costs")
+                raise ModelError(
+                    f"edge {e} joins vertex {self.vertex_label(u)} to itself; fold its diagonal into the node costs"
+                )
             pairs[e] = (u, v)
         return pairs
 
@@ -308,7 +310,9 @@ class StrategyProblem:
                 if isinstance(s, bool) or isinstance(e, bool) or int(s) != s or int(e) != e:
                     raise TypeError
             except (TypeError, ValueError):
-                raise ModelError(f"vertex {self.vertex_label(v)}: interval must be two integers [start, end], got {pair!r}") from None
+                raise ModelError(
+                    f"vertex {self.vertex_label(v)}: interval must be two integers [start, end], got {pair!r}"
+                ) from None
             if s > e:
                 raise ModelError(f"vertex {self.vertex_label(v)}: interval [{s}, {e}) is reversed (start after end)")
             iv[v] = (s, e)
@@ -529,10 +533,7 @@ def check_assignment(problem: StrategyProblem, assignment: Iterable[int]) -> np.
     ModelError
         On a wrong length, a non-integer entry or a choice index out of range.
     """
-    if isinstance(assignment, np.ndarray):
-        raw = assignment
-    else:
-        raw = np.asarray(list(assignment), dtype=object)
+    raw = assignment if isinstance(assignment, np.ndarray) else np.asarray(list(assignment), dtype=object)
     n = problem.num_vertices
     if raw.ndim != 1:
         raise ModelError(f"assignment must be a flat list of choice indices, got shape {raw.shape}")

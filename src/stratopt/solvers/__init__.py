@@ -113,4 +113,3 @@ def _checked(problem: StrategyProblem, impl: Solver, result: Result, wall: float
         stats["error"] = error
         return dataclasses.replace(result, status=Status.ERROR, limit=None, bound=None, **changes)
     return dataclasses.replace(result, bound=bound, **changes)
-

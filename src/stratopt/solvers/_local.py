@@ -360,7 +360,9 @@ class InducedForest:
         unary = eng.local_costs(cls, a)
         if penalty is not None:
             unary = unary + penalty[cls.verts][cls.slot_vertex] * eng.usage[cls.slots]
-        local = {int(v): unary[s : s + k] for v, s, k in zip(cls.verts.tolist(), cls.seg_start, cls.seg_len)}
+        local = {
+            int(v): unary[s : s + k] for v, s, k in zip(cls.verts.tolist(), cls.seg_start, cls.seg_len, strict=True)
+        }
         belief = {v: u.copy() for v, u in local.items()}
         back: dict[int, np.ndarray] = {}
         current = 0.0
@@ -475,7 +477,11 @@ class Domains:
             for e, w, v_is_u in adj[v]:
                 if a[w] < 0:
                     continue
-                mat = fwd[eoff[e] : eoff[e + 1]].reshape(k[v], k[w]) if v_is_u else fwd[eoff[e] : eoff[e + 1]].reshape(k[w], k[v]).T
+                mat = (
+                    fwd[eoff[e] : eoff[e + 1]].reshape(k[v], k[w])
+                    if v_is_u
+                    else fwd[eoff[e] : eoff[e + 1]].reshape(k[w], k[v]).T
+                )
                 score += mat[:, a[w]]
             dom = self.domain(v)
             candidates = np.flatnonzero(dom)

@@ -11,7 +11,7 @@ from stratopt.errors import UnsupportedProblemError
 from stratopt.problem import FORBIDDEN, StrategyProblem
 from stratopt.solvers.base import Limit, Result, Status
 
-__all__ = ["BruteForce", "DEFAULT_MAX_STRATEGIES"]
+__all__ = ["DEFAULT_MAX_STRATEGIES", "BruteForce"]
 
 #: Refuse problems with more complete assignments than this unless told otherwise.
 DEFAULT_MAX_STRATEGIES = 2_000_000
@@ -78,7 +78,7 @@ class BruteForce:
                 ok &= allowed[flat]
             for members, usage, limit in usage_rows:
                 total_use = np.zeros(len(idx), dtype=usage[0].dtype)
-                for v, use in zip(members, usage):
+                for v, use in zip(members, usage, strict=True):
                     total_use += use[digits[v]]
                 ok &= total_use <= limit
             enumerated += len(idx)

@@ -1,0 +1,267 @@
+"""The ``stratopt`` command line: parse, call the library, print.
+
+Exit codes: 0 success; 1 no solution (or an infeasible assignment, or a cross-check mismatch);
+2 bad input, reported as one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from stratopt import __version__
+from stratopt.errors import ModelError, StratoptError
+from stratopt.instances import BUILTIN, load_problem
+from stratopt.problem import StrategyProblem, evaluate
+from stratopt.solvers import choose_solver, registry, solve
+from stratopt.solvers.base import Result, Status
+
+_OK = 0
+_NO_SOLUTION = 1
+_BAD_INPUT = 2
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def _stderr(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _short(values: list[int], limit: int = 40) -> str:
+    if len(values) <= limit:
+        return "[" + ", ".join(map(str, values)) + "]"
+    head = ", ".join(map(str, values[:limit]))
+    return f"[{head}, ...] ({len(values)} entries; --json prints all)"
+
+
+class _UsageError(Exception):
+    """A command-line usage error (argparse's), reported as one line with exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _solve_cmd(args: argparse.Namespace) -> int:
+    problem = load_problem(args.instance)
+    if args.solver != "auto" and args.solver not in registry.names():
+        raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
+    chosen = choose_solver(problem) if args.solver == "auto" else args.solver
+    if not args.json and args.solver == "auto":
+        _stderr(f"solver: {chosen} (picked by 'auto' for {problem.search_space_size:.3g} assignments)")
+    result = solve(problem, chosen, time_limit=args.time_limit, seed=args.seed)
+    if args.json:
+        _emit_json(result.to_dict(args.instance))
+    else:
+        _print_result(problem, result, args.instance)
+    return _OK if result.status in (Status.OPTIMAL, Status.FEASIBLE) else _NO_SOLUTION
+
+
+def _print_result(problem: StrategyProblem, result: Result, instance: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("instance", f"{instance} ({problem.num_vertices} vertices, {problem.num_edges} edges)")
+    table.add_row("solver", result.solver)
+    table.add_row("status", result.status.value + (f" (stopped by: {result.limit.value})" if result.limit else ""))
+    table.add_row("objective", "-" if result.objective is None else f"{result.objective}")
+    table.add_row("bound", "-" if result.bound is None else f"{result.bound}")
+    if result.gap is not None:
+        table.add_row("gap", f"{result.gap:.3%}")
+    table.add_row("time", f"{result.wall_time:.3f} s")
+    if result.assignment is not None:
+        table.add_row("assignment", _short(list(result.assignment)))
+    if "error" in result.stats:
+        table.add_row("error", str(result.stats["error"]))
+    Console(soft_wrap=True).print(table)
+
+
+def _parse_assignment(text: str) -> list[int]:
+    """A JSON list, a comma-separated list, or a file holding either (or a `solve --json` object)."""
+    source = text
+    path = Path(text)
+    if not text.lstrip().startswith("[") and "," not in text and path.exists():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelError(f"assignment file {source}: cannot read ({exc})") from None
+    stripped = text.strip()
+    if not stripped:
+        raise ModelError(f"assignment {source!r} is empty")
+    if stripped[0] in "[{":
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ModelError(
+                f"assignment {source}: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            ) from None
+        if isinstance(data, dict):
+            data = data.get("assignment")
+        if not isinstance(data, list):
+            raise ModelError(f"assignment {source}: expected a list of choice indices")
+        return data
+    try:
+        return [int(x) for x in stripped.replace(" ", "").strip(",").split(",")]
+    except ValueError:
+        if not path.exists() and "," not in stripped and "[" not in stripped:
+            raise ModelError(f"assignment {source!r}: no such file, and not a list of choice indices") from None
+        raise ModelError(f"assignment {source!r}: expected comma-separated integers") from None
+
+
+def _evaluate_cmd(args: argparse.Namespace) -> int:
+    problem = load_problem(args.instance)
+    ev = evaluate(problem, _parse_assignment(args.assignment))
+    if args.json:
+        _emit_json(
+            {
+                "instance": args.instance,
+                "objective": ev.objective,
+                "feasible": ev.feasible,
+                "violation": ev.violation,
+                "peak_usage": ev.peak_usage,
+                "usage_limit": problem.usage_limit,
+            }
+        )
+    else:
+        print(f"objective: {ev.objective}")
+        if ev.peak_usage is not None:
+            limit = "no limit" if problem.usage_limit is None else f"limit {problem.usage_limit}"
+            print(f"peak usage: {ev.peak_usage} ({limit})")
+        print("feasible: yes" if ev.feasible else f"feasible: no: {ev.violation}")
+    return _OK if ev.feasible else _NO_SOLUTION
+
+
+def _iopddl_cmd(args: argparse.Namespace) -> int:
+    timeout = args.timeout
+    start = time.perf_counter()
+    problem = load_problem(args.file)
+    loaded = time.perf_counter() - start
+    # Leave room to print the answer: 5% of the budget and at least half a second.
+    budget = timeout - loaded - max(0.5, 0.05 * timeout)
+    _stderr(
+        f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; solving for up to {budget:.1f} s"
+    )
+    if budget <= 0:
+        _stderr("no time left after reading the file")
+        print("[]", flush=True)
+        return _NO_SOLUTION
+    solver = choose_solver(problem)
+    options = {"progress": _stderr} if solver == "greedy" else {}
+    result = solve(problem, solver, time_limit=budget, **options)
+    _stderr(
+        f"{result.solver}: {result.status.value}, cost {result.objective}, {time.perf_counter() - start:.1f} s in all"
+    )
+    if result.status in (Status.OPTIMAL, Status.FEASIBLE):
+        print("[" + ", ".join(map(str, result.assignment)) + "]", flush=True)
+        return _OK
+    print("[]", flush=True)
+    return _NO_SOLUTION
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``stratopt`` (its sub-commands carry their own help)."""
+    parser = _Parser(
+        prog="stratopt",
+        description="Find optimal parallelization strategies and device placements, and prove how good they are.",
+        epilog="Exit codes: 0 success; 1 no solution or an infeasible assignment; 2 bad input (one line on stderr).",
+    )
+    parser.add_argument("--version", action="version", version=f"stratopt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    instance_help = f"a built-in name ({', '.join(sorted(BUILTIN))}) or a problem file (IOPDDL JSON, .gz allowed)"
+
+    p = sub.add_parser(
+        "solve",
+        help="solve a problem: assignment, cost and proven bound",
+        description="Solve a problem and print the assignment, its cost and the proven bound.",
+    )
+    p.add_argument("instance", metavar="INSTANCE", help=instance_help)
+    p.add_argument(
+        "--solver",
+        "-s",
+        default="auto",
+        metavar="S",
+        help=f"solver: auto (the best exact solver that applies; default) or one of {', '.join(registry.names())}",
+    )
+    p.add_argument("--time-limit", "-t", type=_positive_float, metavar="SEC", help="seconds the solver may use")
+    p.add_argument("--seed", type=int, help="seed for randomised solvers")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.set_defaults(func=_solve_cmd)
+
+    p = sub.add_parser(
+        "evaluate",
+        help="price and check an assignment as the IOPDDL contest does",
+        description="Price an assignment exactly as the IOPDDL contest does and check it; "
+        "exit code 1 when it is infeasible.",
+    )
+    p.add_argument("instance", metavar="INSTANCE", help=instance_help)
+    p.add_argument(
+        "--assignment",
+        "-a",
+        required=True,
+        metavar="FILE_OR_LIST",
+        help="choice index per vertex: '[0,1,2]', '0,1,2', or a file with a JSON list or a 'solve --json' object",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_evaluate_cmd)
+
+    p = sub.add_parser(
+        "iopddl",
+        help="the contest interface: last stdout line is the answer",
+        description='The IOPDDL contest interface: progress on stderr, the answer "[i, j, ...]" as the '
+        'last stdout line; "[]" (exit 1) only when no feasible assignment was found in time.',
+    )
+    p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
+    p.add_argument(
+        "timeout", metavar="TIMEOUT", type=_positive_float, help="seconds allowed in all, reading the file included"
+    )
+    p.set_defaults(func=_iopddl_cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``stratopt`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        if args.command is None:
+            parser.print_help()
+            return _OK
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
+    except _UsageError as exc:
+        _stderr(f"stratopt: error: {_one_line(str(exc))}")
+        return _BAD_INPUT
+    except StratoptError as exc:
+        _stderr(f"stratopt: error: {_one_line(str(exc))}")
+        return _BAD_INPUT
+    except KeyboardInterrupt:
+        _stderr("stratopt: interrupted")
+        return 130
+
+
+def _one_line(msg: str) -> str:
+    return " ".join(msg.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
