@@ -49,7 +49,9 @@ Number = int | float
 
 
 def _as_number_array(values: list[Any], what: str) -> np.ndarray:
-    """One flat int64 array for integer input, float64 otherwise."""
+    """One flat int64 array for integer input, float64 otherwise (an empty list is integral)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
     try:
         arr = np.asarray(values)
     except (ValueError, TypeError) as exc:
@@ -60,8 +62,6 @@ def _as_number_array(values: list[Any], what: str) -> np.ndarray:
         except (ValueError, TypeError):
             raise ModelError(f"{what} must be numbers") from None
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
         raise ModelError(f"{what} must be numbers, found {arr.dtype.name} values")
     if arr.dtype.kind in "iu":
         if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:

@@ -1,0 +1,78 @@
+"""The greedy heuristic: never better than the optimum, feasible answers, sound proofs."""
+
+from __future__ import annotations
+
+from hypothesis import given
+
+from stratopt import Limit, Status, StrategyProblem, load_problem, solve
+from stratopt.solvers._local import Domains, LocalEngine
+
+from ..conftest import BIG, problems
+
+
+@given(problems(max_vertices=6))
+def test_greedy_against_brute(problem):
+    """Greedy's answer is feasible and no better than the optimum; its INFEASIBLE is a real proof."""
+    exact = solve(problem, "brute")
+    r = solve(problem, "greedy", seed=0)
+    assert r.status is not Status.ERROR, r.stats
+    if r.status is Status.INFEASIBLE:
+        assert exact.status is Status.INFEASIBLE
+    if exact.status is Status.INFEASIBLE:
+        assert r.status in (Status.INFEASIBLE, Status.NO_SOLUTION)
+    if r.status is Status.FEASIBLE:
+        assert r.objective >= exact.objective and r.limit is not None and r.bound is None
+
+
+def test_example():
+    """On the contest example greedy reaches a feasible answer no better than 445."""
+    r = solve(load_problem("example"), "greedy")
+    assert r.status is Status.FEASIBLE and r.objective >= 445 and r.limit is Limit.HEURISTIC
+
+
+def test_infeasible_by_least_usage():
+    """If every vertex at its least usage exceeds the limit, greedy proves infeasibility."""
+    p = StrategyProblem([[0, 0], [0]], intervals=[[0, 2], [1, 3]], usages=[[4, 3], [3]], usage_limit=5)
+    r = solve(p, "greedy")
+    assert r.status is Status.INFEASIBLE and "least usage" in r.stats["proof"]
+
+
+def test_infeasible_by_arc_consistency():
+    """Forbidden pairs that empty a domain under arc consistency prove infeasibility."""
+    ok, no = 0, BIG
+    p = StrategyProblem([[0, 0], [no, 0]], [(0, 1)], [[[ok, no], [ok, no]]])
+    r = solve(p, "greedy")
+    assert r.status is Status.INFEASIBLE and "arc consistency" in r.stats["proof"]
+    assert solve(p, "brute").status is Status.INFEASIBLE
+
+
+def test_no_false_proof_on_an_odd_cycle():
+    """An arc-consistent but unsatisfiable triangle gets NO_SOLUTION from greedy, never INFEASIBLE."""
+    ok, no = 0, BIG
+    same, differ = [[ok, no], [no, ok]], [[no, ok], [ok, no]]
+    p = StrategyProblem([[0, 0]] * 3, [(0, 1), (1, 2), (0, 2)], [same, same, differ])
+    assert solve(p, "brute").status is Status.INFEASIBLE
+    r = solve(p, "greedy")
+    assert r.status is Status.NO_SOLUTION and r.limit is not None
+
+
+def test_arc_consistency_keeps_every_allowed_assignment():
+    """Pruning removes only choices that no allowed assignment uses."""
+    ok, no = 0, BIG
+    p = StrategyProblem([[0, 0, 0], [0, 0]], [(0, 1)], [[[ok, no], [no, no], [no, ok]]])
+    d = Domains(p)
+    assert d.propagate(list(d.allowed))
+    assert d.domain(0).tolist() == [True, False, True] and d.domain(1).tolist() == [True, True]
+
+
+def test_forest_step_never_raises_cost():
+    """An exact forest step on a chain finds the chain's optimum from any start."""
+    p = StrategyProblem([[0, 5], [5, 0], [0, 5]], [(0, 1), (1, 2)], [[[9, 0], [0, 9]], [[9, 0], [0, 9]]])
+    import numpy as np
+
+    from stratopt.solvers._local import InducedForest
+
+    engine = LocalEngine(p)
+    forest = InducedForest(engine, np.arange(3))
+    a, gain = forest.step(np.array([1, 0, 1]))
+    assert engine.total_cost(a) == solve(p, "brute").objective and gain > 0

@@ -1,0 +1,154 @@
+"""The stratopt command line: contract output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stratopt.cli import main
+from stratopt.problem import evaluate, read_iopddl
+
+from .conftest import needs_iopddl
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "stratopt" / "data" / "iopddl-example.json"
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_solve_example_json(capsys):
+    """The issue's acceptance command: optimal, 445, [0, 0, 2, 1, 0]."""
+    code, out, _ = run(capsys, "solve", "example", "--solver", "brute", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert (data["status"], data["objective"], data["assignment"]) == ("optimal", 445, [0, 0, 2, 1, 0])
+    assert set(data) >= {"instance", "solver", "status", "objective", "bound", "assignment", "wall_time", "stats"}
+
+
+def test_solve_summary_says_which_solver(capsys):
+    """Without --solver, solve says which solver 'auto' picked."""
+    code, out, err = run(capsys, "solve", "example")
+    assert code == 0 and "solver: brute (picked by 'auto'" in err and "445" in out
+
+
+def test_infeasible_solve_exits_1(tmp_path, capsys):
+    """A proven-infeasible problem is a status with exit code 1, not an error."""
+    data = json.loads(EXAMPLE.read_text())
+    data["problem"]["usage_limit"] = 10
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    code, out, _ = run(capsys, "solve", str(tmp_path / "p.json"), "--solver", "brute", "--json")
+    assert code == 1 and json.loads(out)["status"] == "infeasible"
+
+
+def test_evaluate(tmp_path, capsys):
+    """evaluate accepts a list or a solve --json file; an infeasible assignment exits 1."""
+    code, out, _ = run(capsys, "evaluate", "example", "--assignment", "[0,0,2,1,0]", "--json")
+    assert code == 0 and json.loads(out)["objective"] == 445
+    code, out, _ = run(capsys, "evaluate", "example", "-a", "0,0,1,1,0")
+    assert code == 1 and "feasible: no: usage 55 exceeds the limit 50 at time 50" in out
+    run(capsys, "solve", "example", "--json")
+    saved = tmp_path / "r.json"
+    main(["solve", "example", "--json"])
+    saved.write_text(capsys.readouterr().out)
+    code, out, _ = run(capsys, "evaluate", "example", "-a", str(saved))
+    assert code == 0 and "objective: 445" in out
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = {
+    "problem": {
+        "name": "t",
+        "nodes": {"intervals": [[0, 2], [1, 3]], "costs": [[1, 2], [3]], "usages": [[1, 1], [1]]},
+        "edges": {"nodes": [[0, 1]], "costs": [[0, 1]]},
+        "usage_limit": 5,
+    }
+}
+
+
+def _variant(path, value):
+    data = json.loads(json.dumps(GOOD))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "fragment"),
+    [
+        (json.dumps(GOOD)[:-9], [], "invalid JSON at line 1"),
+        (_variant(["problem", "edges", "costs"], [[0, 1, 2]]), [], "edge 0 (0 -> 1): 3 entries, expected 2x1 = 2"),
+        (_variant(["problem", "nodes", "usages"], [[1], [1]]), [], "vertex 0 usages: 1 entries for 2 choices"),
+        (_variant(["problem", "edges", "nodes"], [[0, 5]]), [], "edge 0 (0 -> 5): vertex 5 does not exist"),
+        (_variant(["problem", "usage_limit"], -3), [], "usage_limit -3 is negative"),
+        (json.dumps(GOOD), ["evaluate", "-a", "[0]"], "assignment has 1 entries, expected 2"),
+        (json.dumps(GOOD), ["evaluate", "-a", "[0, 4]"], "assignment[1] = 4 is out of range"),
+        (json.dumps(GOOD), ["solve", "--solver", "nope"], "unknown solver 'nope'"),
+        (json.dumps(GOOD), ["solve", "--time-limit", "-1"], "expected a positive number of seconds"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, text, args, fragment):
+    """Every bad input gives exit code 2 and exactly one stderr line naming the problem."""
+    path = _write(tmp_path, text)
+    command = args[:1] or ["solve"]
+    code, out, err = run(capsys, command[0], path, *args[1:])
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("stratopt: error: ") and fragment in err
+
+
+def test_missing_file_and_usage_errors(capsys):
+    """A missing file and a missing argument are one-line errors too."""
+    for args in (["solve", "nowhere.json"], ["solve"], ["evaluate", "example"], ["frobnicate"]):
+        code, _, err = run(capsys, *args)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_iopddl_example(capsys):
+    """The contest interface prints the optimal answer as its last stdout line."""
+    code, out, _ = run(capsys, "iopddl", str(EXAMPLE), "5")
+    assert code == 0 and out.strip().splitlines()[-1] == "[0, 0, 2, 1, 0]"
+
+
+def test_console_script_runs():
+    """The installed command runs in a fresh process (no traceback on bad input)."""
+    proc = subprocess.run([sys.executable, "-m", "stratopt", "solve", "nowhere.json"], capture_output=True, text=True)
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip()
+        == "stratopt: error: nowhere.json: no such file or built-in instance (built-in: example)"
+    )
+
+
+# The contest instances: each must get a feasible answer within its contest time limit.
+# (Times are measured by scripts/bench_iopddl.py; here only feasibility is checked.)
+LIMITS = {"B": 60, "G": 120, "V": 300, "A": 60, "S": 240, "P": 240}
+
+
+@pytest.mark.parametrize("name", list(LIMITS))
+def test_iopddl_instances_feasible(name):
+    """stratopt iopddl prints an assignment that evaluate() confirms feasible."""
+    path = needs_iopddl(f"asplos-2025-iopddl-{name}.json.gz")
+    proc = subprocess.run(
+        [sys.executable, "-m", "stratopt", "iopddl", str(path), str(LIMITS[name])],
+        capture_output=True,
+        text=True,
+        timeout=LIMITS[name] + 60,
+    )
+    last = proc.stdout.strip().splitlines()[-1]
+    assignment = json.loads(last)
+    assert proc.returncode == 0 and assignment, proc.stderr[-2000:]
+    ev = evaluate(read_iopddl(path), assignment)
+    assert ev.feasible, ev.violation
