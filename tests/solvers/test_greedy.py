@@ -76,3 +76,14 @@ def test_forest_step_never_raises_cost():
     forest = InducedForest(engine, np.arange(3))
     a, gain = forest.step(np.array([1, 0, 1]))
     assert engine.total_cost(a) == solve(p, "brute").objective and gain > 0
+
+
+def test_greedy_is_reproducible():
+    """Without a seed greedy is deterministic; the seed only changes the forest orders."""
+    p = StrategyProblem(
+        [[3, 1, 2]] * 6,
+        [(i, i + 1) for i in range(5)] + [(0, 5)],
+        [[[0, 4, 4], [4, 0, 4], [4, 4, 0]]] * 6,
+    )
+    assert solve(p, "greedy").assignment == solve(p, "greedy").assignment
+    assert solve(p, "greedy", seed=3).assignment == solve(p, "greedy", seed=3).assignment

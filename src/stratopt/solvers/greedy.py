@@ -74,7 +74,8 @@ class Greedy:
                 stats["proof"] = "every vertex at its least usage still exceeds the limit"
                 return Result(self.name, Status.INFEASIBLE, stats=stats)
 
-        rng = np.random.default_rng(seed)
+        # seed=None means seed 0: the same problem always gets the same answer.
+        rng = np.random.default_rng(0 if seed is None else seed)
         degree = np.bincount(problem.edges.ravel(), minlength=engine.n)
         # Hubs first: a hub whose edges only allow matching choices can move only together with
         # its whole star, which a forest grown from the hub contains.
