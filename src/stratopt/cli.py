@@ -166,12 +166,12 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
         print("[]", flush=True)
         return _NO_SOLUTION
     solver = choose_solver(problem)
-    options = {"progress": _stderr} if solver == "greedy" else {}
+    options: dict[str, Any] = {"progress": _stderr} if solver == "greedy" else {}
     result = solve(problem, solver, time_limit=budget, **options)
     _stderr(
         f"{result.solver}: {result.status.value}, cost {result.objective}, {time.perf_counter() - start:.1f} s in all"
     )
-    if result.status in (Status.OPTIMAL, Status.FEASIBLE):
+    if result.status in (Status.OPTIMAL, Status.FEASIBLE) and result.assignment is not None:
         print("[" + ", ".join(map(str, result.assignment)) + "]", flush=True)
         return _OK
     print("[]", flush=True)

@@ -70,7 +70,7 @@ def _as_number_array(values: list[Any], what: str) -> np.ndarray:
     return arr.astype(np.float64, copy=False)
 
 
-def _flatten(items: Sequence[Any], shapes: list[tuple[int, ...]], label) -> tuple[list, np.ndarray]:
+def _flatten(items: Sequence[Any], shapes: Sequence[tuple[int, ...]], label: Any) -> tuple[list, np.ndarray]:
     """Concatenate per-item cost vectors or matrices, checking each one's shape.
 
     ``label(i)`` names item ``i`` in error messages. Items may be flat sequences (row-major for a
@@ -169,6 +169,19 @@ class StrategyProblem:
     2
     """
 
+    name: str
+    _k: np.ndarray
+    _names: tuple[str, ...] | None
+    _labels: tuple[tuple[str, ...], ...] | None
+    _node_off: np.ndarray
+    _node_flat: np.ndarray
+    _edges: np.ndarray
+    _edge_off: np.ndarray
+    _edge_flat: np.ndarray
+    _intervals: np.ndarray | None
+    _usage_flat: np.ndarray | None
+    _usage_limit: Number | None
+
     def __init__(
         self,
         node_costs: Sequence[Sequence[Number]],
@@ -197,33 +210,33 @@ class StrategyProblem:
                 raise ModelError(f"vertex {v}: costs must be a list of numbers") from None
             if k[v] == 0:
                 raise ModelError(f"vertex {v}: empty choice list (every vertex needs a choice)")
-        self._set("_k", _readonly(k))
-        self._set("_names", self._check_names(names, n))
-        self._set("name", str(name))
+        self._k = _readonly(k)
+        self._names = self._check_names(names, n)
+        self.name = str(name)
 
         flat, sizes = _flatten(node_costs, [(int(x),) for x in k], lambda v: f"vertex {self.vertex_label(v)}")
-        self._set("_node_off", _readonly(_offsets(sizes)))
-        self._set("_node_flat", _readonly(self._check_costs(_as_number_array(flat, "node costs"), "node")))
+        self._node_off = _readonly(_offsets(sizes))
+        self._node_flat = _readonly(self._check_costs(_as_number_array(flat, "node costs"), "node"))
 
         pairs = self._check_edges(edges, n)
-        self._set("_edges", _readonly(pairs))
+        self._edges = _readonly(pairs)
         if len(edge_costs) != len(pairs):
             raise ModelError(f"{len(pairs)} edges but {len(edge_costs)} edge cost matrices")
         shapes = [(int(k[u]), int(k[v])) for u, v in pairs.tolist()]
         flat, sizes = _flatten(edge_costs, shapes, self.edge_label)
-        self._set("_edge_off", _readonly(_offsets(sizes)))
-        self._set("_edge_flat", _readonly(self._check_costs(_as_number_array(flat, "edge costs"), "edge")))
+        self._edge_off = _readonly(_offsets(sizes))
+        self._edge_flat = _readonly(self._check_costs(_as_number_array(flat, "edge costs"), "edge"))
 
         self._set_usage(intervals, usages, usage_limit)
-        self._set("_labels", self._check_labels(labels))
+        self._labels = self._check_labels(labels)
+        self._frozen = True
 
     # -- construction helpers ------------------------------------------------------------------
 
-    def _set(self, attr: str, value: Any) -> None:
-        object.__setattr__(self, attr, value)
-
     def __setattr__(self, attr: str, value: Any) -> None:
-        raise AttributeError("StrategyProblem is immutable; use replace() to derive a new one")
+        if self.__dict__.get("_frozen"):
+            raise AttributeError("StrategyProblem is immutable; use replace() to derive a new one")
+        object.__setattr__(self, attr, value)
 
     @staticmethod
     def _check_names(names: Sequence[str] | None, n: int) -> tuple[str, ...] | None:
@@ -244,13 +257,13 @@ class StrategyProblem:
     def _check_labels(self, labels: Sequence[Sequence[str]] | None) -> tuple[tuple[str, ...], ...] | None:
         if labels is None:
             return None
-        labels = [tuple(map(str, lab)) for lab in labels]
-        if len(labels) != self.num_vertices:
-            raise ModelError(f"{len(labels)} label lists for {self.num_vertices} vertices")
-        for v, lab in enumerate(labels):
+        checked: list[tuple[str, ...]] = [tuple(map(str, lab)) for lab in labels]
+        if len(checked) != self.num_vertices:
+            raise ModelError(f"{len(checked)} label lists for {self.num_vertices} vertices")
+        for v, lab in enumerate(checked):
             if len(lab) != self._k[v]:
                 raise ModelError(f"vertex {self.vertex_label(v)}: {len(lab)} choice labels for {self._k[v]} choices")
-        return tuple(labels)
+        return tuple(checked)
 
     def _check_costs(self, flat: np.ndarray, kind: str) -> np.ndarray:
         if flat.dtype.kind == "f":
@@ -296,8 +309,7 @@ class StrategyProblem:
         if intervals is None:
             if usage_limit is not None:
                 raise ModelError("usage_limit is given but the vertices have no intervals and usages")
-            for attr in ("_intervals", "_usage_flat", "_usage_limit"):
-                self._set(attr, None)
+            self._intervals = self._usage_flat = self._usage_limit = None
             return
         n = self.num_vertices
         intervals = list(intervals)
@@ -316,7 +328,7 @@ class StrategyProblem:
             if s > e:
                 raise ModelError(f"vertex {self.vertex_label(v)}: interval [{s}, {e}) is reversed (start after end)")
             iv[v] = (s, e)
-        self._set("_intervals", _readonly(iv))
+        self._intervals = _readonly(iv)
 
         usages = list(usages)
         if len(usages) != n:
@@ -329,7 +341,7 @@ class StrategyProblem:
         if u.size and u.min() < 0:
             i = int(np.argmin(u))
             raise ModelError(f"{self._locate('node', i)}: usage {u[i]} is negative")
-        self._set("_usage_flat", _readonly(u))
+        self._usage_flat = _readonly(u)
 
         if usage_limit is not None:
             if isinstance(usage_limit, bool) or not isinstance(usage_limit, (int, float, np.integer, np.floating)):
@@ -339,7 +351,7 @@ class StrategyProblem:
             if usage_limit < 0:
                 raise ModelError(f"usage_limit {usage_limit} is negative")
             usage_limit = int(usage_limit) if isinstance(usage_limit, (int, np.integer)) else float(usage_limit)
-        self._set("_usage_limit", usage_limit)
+        self._usage_limit = usage_limit
 
     # -- sizes and names -----------------------------------------------------------------------
 
@@ -559,6 +571,8 @@ def check_assignment(problem: StrategyProblem, assignment: Iterable[int]) -> np.
 
 def usage_profile(problem: StrategyProblem, assignment: np.ndarray) -> np.ndarray:
     """Live usage in each slot of ``problem.time_slots`` (int64, or float for float usages)."""
+    if problem.usage_flat is None:
+        raise ModelError("the problem has no usages")
     _, start, end = problem.time_slots
     used = problem.usage_flat[problem.node_offsets[:-1] + assignment]
     diff = np.zeros(len(problem.time_slots[0]) + 1, dtype=used.dtype if used.dtype.kind == "f" else np.int64)
@@ -745,7 +759,7 @@ def to_iopddl_dict(problem: StrategyProblem) -> dict[str, Any]:
     """
     n = problem.num_vertices
     nodes: dict[str, Any] = {}
-    if problem.has_usage:
+    if problem.intervals is not None:
         nodes["intervals"] = problem.intervals.tolist()
         nodes["usages"] = [problem.usage(v).tolist() for v in range(n)]
     else:

@@ -17,6 +17,7 @@ over the compressed time axis, which gives every vertex's headroom in O(1).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,12 @@ class LocalEngine:
         self.classes = [self._build_class(np.flatnonzero(colour == c)) for c in range(int(colour.max()) + 1)]
 
         self.has_limit = problem.has_usage and problem.usage_limit is not None
-        if problem.has_usage:
+        # Without usages every choice uses nothing and no vertex is live anywhere.
+        self.usage: np.ndarray = np.zeros(len(self.node), dtype=np.int64)
+        self.start: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.end: np.ndarray = np.zeros(n, dtype=np.int64)
+        self.num_slots = 0
+        if problem.usage_flat is not None:
             self.usage = problem.usage_flat
             _, self.start, self.end = problem.time_slots
             self.num_slots = len(problem.time_slots[0])
@@ -193,28 +199,20 @@ class LocalEngine:
 
     # -- descent -------------------------------------------------------------------------------
 
-    def cheapest_start(self) -> np.ndarray:
-        """Per vertex, the choice of least node cost (lowest index on ties)."""
-        seg = np.minimum.reduceat(self.node, self.off[:-1])
-        hit = np.flatnonzero(self.node == seg[self.slot_vertex])
-        sv = self.slot_vertex[hit]
-        first = hit[np.r_[True, sv[1:] != sv[:-1]]]
-        return first - self.off[:-1]
-
     def vertex_penalty(self, slot_price: np.ndarray) -> np.ndarray:
         """Per vertex, the summed price of the time slots it is live in."""
         cum = np.concatenate([[0.0], np.cumsum(slot_price)])
         return cum[self.end] - cum[self.start]
 
-    def min_usage_start(self, usage: np.ndarray) -> np.ndarray:
-        """Per vertex, the choice of least ``usage`` (ties: least node cost, then lowest index).
+    def min_usage_start(self) -> np.ndarray:
+        """Per vertex, the choice of least usage (ties: least node cost, then lowest index).
 
-        With the problem's own usages this is, at every time at once, the least live usage any
-        assignment reaches: if it exceeds the limit, no assignment meets the limit.
+        This reaches, at every time at once, the least live usage of any assignment: if it
+        exceeds the limit, no assignment meets the limit.
         """
         a = np.empty(self.n, dtype=np.int64)
         # Lexicographic (usage, node cost, index) per ragged segment: sort slots once.
-        order = np.lexsort((np.arange(len(self.node)), self.node, usage, self.slot_vertex))
+        order = np.lexsort((np.arange(len(self.node)), self.node, self.usage, self.slot_vertex))
         first = np.r_[0, np.flatnonzero(np.diff(self.slot_vertex[order])) + 1]
         a[:] = order[first] - self.off[:-1]
         return a
@@ -399,6 +397,7 @@ class InducedForest:
             m = eng.edge[lo:hi].reshape(eng.k[u], -1)
             m = m if u == x else m.T
             mat = m if mat is None else mat + m
+        assert mat is not None  # every non-root forest vertex has at least one edge to its parent
         return mat
 
 
@@ -421,7 +420,7 @@ class Domains:
         self.incident: list[list[int]] = [[] for _ in range(problem.num_vertices)]
         eoff = problem.edge_offsets
         k = problem.num_choices
-        has_forbidden = np.add.reduceat(problem.edge_flat >= FORBIDDEN, eoff[:-1]) if len(edges) else []
+        has_forbidden: Any = np.add.reduceat(problem.edge_flat >= FORBIDDEN, eoff[:-1]) if len(edges) else []
         for e, (u, v) in enumerate(edges):
             if eoff[e + 1] > eoff[e] and has_forbidden[e]:
                 self.allowed[e] = (problem.edge_flat[eoff[e] : eoff[e + 1]] < FORBIDDEN).reshape(k[u], k[v])

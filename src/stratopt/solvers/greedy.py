@@ -68,7 +68,7 @@ class Greedy:
         engine.node[~domains.alive] = FORBIDDEN_COST
         stats["pruned_choices"] = int((~domains.alive).sum() - (problem.node_flat >= FORBIDDEN).sum())
         if engine.has_limit:
-            floor = engine.profile(engine.min_usage_start(problem.usage_flat))
+            floor = engine.profile(engine.min_usage_start())
             if floor.size and floor.max() > limit:
                 stats["least_usage_peak"] = floor.max().item()
                 stats["proof"] = "every vertex at its least usage still exceeds the limit"
