@@ -18,7 +18,7 @@ from stratopt import __version__
 from stratopt.errors import ModelError, StratoptError
 from stratopt.instances import BUILTIN, load_problem
 from stratopt.problem import StrategyProblem, evaluate
-from stratopt.solvers import choose_solver, registry, solve
+from stratopt.solvers import registry, solve, solve_auto
 from stratopt.solvers.base import Result, Status
 
 _OK = 0
@@ -65,10 +65,10 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     problem = load_problem(args.instance)
     if args.solver != "auto" and args.solver not in registry.names():
         raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
-    chosen = choose_solver(problem) if args.solver == "auto" else args.solver
+    result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
     if not args.json and args.solver == "auto":
-        _stderr(f"solver: {chosen} (picked by 'auto' for {problem.search_space_size:.3g} assignments)")
-    result = solve(problem, chosen, time_limit=args.time_limit, seed=args.seed)
+        why = result.stats.get("auto") or "the exact DP fits"
+        _stderr(f"solver: {result.solver} (picked by 'auto' because {why})")
     if args.json:
         _emit_json(result.to_dict(args.instance))
     else:
@@ -165,9 +165,7 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
         _stderr("no time left after reading the file")
         print("[]", flush=True)
         return _NO_SOLUTION
-    solver = choose_solver(problem)
-    options: dict[str, Any] = {"progress": _stderr} if solver == "greedy" else {}
-    result = solve(problem, solver, time_limit=budget, **options)
+    result = solve_auto(problem, time_limit=budget, progress=_stderr)
     _stderr(
         f"{result.solver}: {result.status.value}, cost {result.objective}, {time.perf_counter() - start:.1f} s in all"
     )
@@ -200,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         default="auto",
         metavar="S",
-        help=f"solver: auto (the best exact solver that applies; default) or one of {', '.join(registry.names())}",
+        help=f"solver: auto (default: the exact DP when it fits, else greedy) or one of {', '.join(registry.names())}",
     )
     p.add_argument("--time-limit", "-t", type=_positive_float, metavar="SEC", help="seconds the solver may use")
     p.add_argument("--seed", type=int, help="seed for randomised solvers")

@@ -13,12 +13,11 @@ from stratopt import (
     Solver,
     SolverUnavailableError,
     Status,
-    StrategyProblem,
     available,
     load_problem,
     solve,
 )
-from stratopt.solvers import choose_solver, registry
+from stratopt.solvers import registry
 
 
 @dataclasses.dataclass
@@ -87,7 +86,7 @@ def test_results_are_frozen():
 
 def test_registry():
     """Every registered solver is listed, importable here, and unknown names are refused."""
-    assert set(registry.names()) >= {"brute", "greedy"}
+    assert set(registry.names()) >= {"brute", "dp", "greedy"}
     assert set(available()) == set(registry.names())
     with pytest.raises(SolverUnavailableError, match="unknown solver 'nope'"):
         solve(load_problem("example"), "nope")
@@ -105,11 +104,11 @@ def test_bad_time_limit():
         solve(load_problem("example"), "brute", time_limit=0)
 
 
-def test_auto_picks_brute_for_tiny_and_greedy_beyond():
-    """'auto' uses exhaustive search while it is small, the heuristic beyond."""
-    assert choose_solver(load_problem("example")) == "brute"
-    assert choose_solver(StrategyProblem([[0, 1, 2, 3]] * 12)) == "greedy"
-    assert solve(load_problem("example")).solver == "brute"
+def test_auto_prefers_the_exact_dp():
+    """'auto' answers with the DP when its optimum stands, and with brute under a binding limit."""
+    assert solve(load_problem("example").replace(usage_limit=None)).solver == "dp"
+    r = solve(load_problem("example"))
+    assert r.solver == "brute" and r.objective == 445 and "breaks the usage limit" in r.stats["auto"]
 
 
 def test_json_keys_match_the_contract():

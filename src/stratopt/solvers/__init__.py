@@ -5,28 +5,64 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
-from stratopt.errors import ModelError
+from stratopt.errors import ModelError, UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers import registry
 from stratopt.solvers.base import Limit, Result, Solver, Status
 
-__all__ = ["Limit", "Result", "Solver", "Status", "choose_solver", "solve"]
+__all__ = ["Limit", "Result", "Solver", "Status", "solve", "solve_auto"]
 
-#: ``solver="auto"`` uses brute force up to this many complete assignments.
+
+#: ``"auto"`` falls back to brute force (exact under a usage limit) up to this many assignments.
 AUTO_BRUTE_LIMIT = 100_000
 
 
-def choose_solver(problem: StrategyProblem) -> str:
-    """The solver ``solve(problem)`` uses by default: the best exact one that applies.
+def solve_auto(
+    problem: StrategyProblem,
+    *,
+    time_limit: float | None = None,
+    seed: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
+    """What ``solve(problem, "auto")`` does: the best exact answer that applies, else a heuristic.
 
-    Today that is ``brute`` for problems with at most ``AUTO_BRUTE_LIMIT`` assignments and
-    ``greedy`` (no proof) beyond; exact solvers for larger problems take precedence as they land.
+    1. ``dp``: exact; its answer stands when optimal or infeasible.
+    2. If the DP's optimum breaks the usage limit and the problem has at most
+       ``AUTO_BRUTE_LIMIT`` assignments, ``brute`` (exact under the limit).
+    3. Otherwise ``greedy``, carrying the DP's optimum as a proven lower bound when there is one.
+    ``stats["auto"]`` says why the answer came from a later step. ``progress`` receives greedy's
+    progress lines.
     """
+    start = time.perf_counter()
+    say = progress or (lambda _msg: None)
+    bound = None
+    try:
+        exact = solve(problem, "dp", time_limit=time_limit, seed=seed)
+    except UnsupportedProblemError as exc:
+        note = f"dp refused: {exc}"
+    else:
+        if exact.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return exact
+        bound = exact.bound
+        note = f"the dp optimum breaks the usage limit ({exact.stats.get('relaxed_violation')})"
+    say(note)
+
+    def left() -> float | None:
+        return None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
+
     if problem.search_space_size <= AUTO_BRUTE_LIMIT:
-        return "brute"
-    return "greedy"
+        result = solve(problem, "brute", time_limit=left(), seed=seed)
+    else:
+        result = solve(problem, "greedy", time_limit=left(), seed=seed, progress=progress)
+    stats = {**result.stats, "auto": note}
+    changes: dict[str, Any] = {"stats": stats, "wall_time": time.perf_counter() - start}
+    if bound is not None and result.status is Status.FEASIBLE:
+        stats["dp_bound"] = bound
+        changes["bound"] = bound
+    return dataclasses.replace(result, **changes)
 
 
 def solve(
@@ -44,8 +80,8 @@ def solve(
     problem
         The problem to solve.
     solver
-        A registered name (see :func:`stratopt.solvers.registry.names`), ``"auto"`` for the best
-        exact solver that applies, or any object meeting the :class:`Solver` protocol.
+        A registered name (see :func:`stratopt.solvers.registry.names`), ``"auto"`` (see
+        :func:`solve_auto`), or any object meeting the :class:`Solver` protocol.
     time_limit
         Seconds the solver may use (None: no limit).
     seed
@@ -76,7 +112,7 @@ def solve(
         if solver == "auto":
             if options:
                 raise TypeError(f"solver options {sorted(options)} need a named solver, not 'auto'")
-            solver = choose_solver(problem)
+            return solve_auto(problem, time_limit=time_limit, seed=seed)
         impl = registry.get(solver)
     elif isinstance(solver, Solver):
         impl = solver

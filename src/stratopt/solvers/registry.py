@@ -36,6 +36,13 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         summary="exhaustive enumeration; reference for tiny problems",
     ),
     SolverInfo(
+        "dp",
+        "stratopt.solvers.dp",
+        "DynamicProgramming",
+        exact=True,
+        summary="exact vertex elimination; any size whose elimination width fits memory",
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",

@@ -1,0 +1,424 @@
+"""Exact dynamic programming by vertex elimination (PaSE's recurrence on numeric tables).
+
+Eliminating a vertex ``v`` replaces every cost term that mentions ``v`` by one table over its
+current neighbours (its *dependent set*): for each combination of their choices, the cheapest
+choice of ``v`` and everything eliminated before it. A back-pointer table remembers that choice,
+so the optimum is recovered by walking the order backwards; no strategy columns are carried.
+The cost is exponential only in the largest dependent set (the order's *width*).
+
+Before any table is built, an exact pre-pass removes what needs no big table (OptCNN's node and
+edge eliminations): parallel edges are summed, single-choice vertices fold into their
+neighbours' costs, leaves fold into their neighbour, and a degree-2 vertex becomes one edge
+matrix between its two neighbours (a min-plus product). What remains is eliminated in the order
+with the smallest estimated total table size among several heuristics, and refused, before any
+allocation, if its tables would not fit the memory cap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stratopt.errors import ModelError, UnsupportedProblemError
+from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
+from stratopt.solvers.base import Limit, Result, Status
+
+__all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "plan"]
+
+#: Elimination orders we can simulate (see :func:`plan`).
+ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
+
+_CHUNK_ENTRIES = 1 << 24  # build joint tables in slices of at most this many entries
+
+
+def default_memory_cap() -> int:
+    """Half the memory available now, in bytes (4 GiB if it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return 4 << 30
+
+
+# ---------------------------------------------------------------------------------------------
+# The pairwise graph and the exact pre-pass
+
+
+@dataclass
+class _Graph:
+    """Unary and pairwise cost tables (+inf = forbidden) with adjacency, reduced in place."""
+
+    k: list[int]
+    unary: list[np.ndarray]
+    pair: dict[tuple[int, int], np.ndarray]  # key (u, v) with u < v; matrix K_u x K_v
+    adj: list[set[int]]
+    constant: float = 0.0
+    # Eliminations so far: (vertex, dependent set, back-pointer table over it).
+    steps: list[tuple[int, tuple[int, ...], np.ndarray]] = field(default_factory=list)
+    width: int = 0
+
+    @classmethod
+    def from_problem(cls, problem: StrategyProblem) -> _Graph:
+        n = problem.num_vertices
+        k = problem.num_choices.tolist()
+
+        def costs(flat: np.ndarray) -> np.ndarray:
+            out = flat.astype(np.float64)
+            out[flat >= FORBIDDEN] = np.inf
+            return out
+
+        node = costs(problem.node_flat)
+        off = problem.node_offsets
+        unary = [node[off[v] : off[v + 1]].copy() for v in range(n)]
+        edge = costs(problem.edge_flat)
+        eoff = problem.edge_offsets
+        pair: dict[tuple[int, int], np.ndarray] = {}
+        adj: list[set[int]] = [set() for _ in range(n)]
+        for e, (u, v) in enumerate(problem.edges.tolist()):
+            mat = edge[eoff[e] : eoff[e + 1]].reshape(k[u], k[v])
+            if u > v:
+                u, v, mat = v, u, mat.T
+            if (u, v) in pair:
+                pair[(u, v)] = pair[(u, v)] + mat  # parallel edges add up
+            else:
+                pair[(u, v)] = mat.copy()
+            adj[u].add(v)
+            adj[v].add(u)
+        return cls(k, unary, pair, adj)
+
+    def matrix(self, u: int, v: int) -> np.ndarray:
+        """The K_u x K_v matrix between u and v (a view, transposed if stored the other way)."""
+        return self.pair[(u, v)] if u < v else self.pair[(v, u)].T
+
+    def _drop_edge(self, u: int, v: int) -> None:
+        del self.pair[(min(u, v), max(u, v))]
+        self.adj[u].discard(v)
+        self.adj[v].discard(u)
+
+    def _add_pair(self, u: int, w: int, mat: np.ndarray) -> None:
+        key = (u, w) if u < w else (w, u)
+        mat = mat if u < w else mat.T
+        self.pair[key] = self.pair[key] + mat if key in self.pair else np.ascontiguousarray(mat)
+        self.adj[u].add(w)
+        self.adj[w].add(u)
+
+    def eliminate_small(self, v: int) -> None:
+        """Eliminate a vertex of degree <= 2 (or with one choice) keeping the graph pairwise."""
+        nbrs = sorted(self.adj[v])
+        own = self.unary[v]
+        if self.k[v] == 1:
+            for w in nbrs:
+                self.unary[w] = self.unary[w] + self.matrix(v, w)[0]
+                self._drop_edge(v, w)
+            self.constant += float(own[0])
+            self.steps.append((v, (), np.zeros((), dtype=np.int64)))
+            return
+        if not nbrs:
+            c = int(np.argmin(own))
+            self.constant += float(own[c])
+            self.steps.append((v, (), np.asarray(c)))
+            return
+        if len(nbrs) == 1:
+            (u,) = nbrs
+            total = own[:, None] + self.matrix(v, u)  # K_v x K_u
+            bp = np.argmin(total, axis=0)
+            self.unary[u] = self.unary[u] + total[bp, np.arange(self.k[u])]
+            self._drop_edge(v, u)
+            self.steps.append((v, (u,), bp))
+            self.width = max(self.width, 1)
+            return
+        u, w = nbrs
+        left = self.matrix(u, v) + own[None, :]  # K_u x K_v
+        right = self.matrix(v, w)  # K_v x K_w
+        best = np.empty((self.k[u], self.k[w]))
+        bp = np.empty((self.k[u], self.k[w]), dtype=_index_dtype(self.k[v]))
+        rows = max(1, _CHUNK_ENTRIES // max(1, self.k[v] * self.k[w]))
+        for lo in range(0, self.k[u], rows):
+            joint = left[lo : lo + rows, :, None] + right[None, :, :]  # rows x K_v x K_w
+            bp[lo : lo + rows] = np.argmin(joint, axis=1)
+            best[lo : lo + rows] = np.take_along_axis(joint, bp[lo : lo + rows, None, :].astype(np.intp), axis=1)[:, 0]
+        self._drop_edge(v, u)
+        self._drop_edge(v, w)
+        self._add_pair(u, w, best)
+        self.steps.append((v, (u, w), bp))
+        self.width = max(self.width, 2)
+
+    def prepass(self, alive: set[int]) -> None:
+        """Eliminate single-choice vertices, leaves and series vertices until none is left."""
+        queue = sorted(v for v in alive if len(self.adj[v]) <= 2 or self.k[v] == 1)
+        heapq.heapify(queue)
+        while queue:
+            v = heapq.heappop(queue)
+            if v not in alive or (len(self.adj[v]) > 2 and self.k[v] > 1):
+                continue
+            nbrs = list(self.adj[v])
+            self.eliminate_small(v)
+            alive.discard(v)
+            for w in nbrs:
+                if len(self.adj[w]) <= 2 or self.k[w] == 1:
+                    heapq.heappush(queue, w)
+
+
+def _index_dtype(k: int) -> type:
+    return np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.uint32
+
+
+# ---------------------------------------------------------------------------------------------
+# Orderings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An elimination order for the vertices left after the pre-pass, and what it will cost."""
+
+    ordering: str
+    order: tuple[int, ...]
+    width: int  # largest dependent set
+    largest_table: int  # entries of the largest table built (dependent set and the vertex)
+    total_entries: int  # summed entries of all tables built
+    bytes_estimate: int
+
+
+def _table_bytes(entries_new: int, entries_joint: int) -> int:
+    # One new float table, one back-pointer (<= 2 bytes) per entry, a joint slice in flight.
+    return 8 * entries_new + 2 * entries_new + 8 * min(entries_joint, _CHUNK_ENTRIES)
+
+
+def plan(adj: dict[int, set[int]], k: list[int], ordering: str, *, cap_entries: int | None = None) -> Plan | None:
+    """Simulate an elimination order on the graph ``adj``; None if it passes ``cap_entries``.
+
+    ``seeds`` is the seeds' GetNextVertex (Alg. 6 of seed 000): fewest dependent vertices first,
+    the dependent sets growing as vertices are eliminated, ties to the lowest index.
+    ``min-degree`` breaks the same ties by table size; ``min-fill`` adds the fewest new edges;
+    ``min-size`` makes the smallest table.
+    """
+    if ordering not in ORDERINGS:
+        raise ModelError(f"unknown ordering {ordering!r}; choose from {', '.join(ORDERINGS)}")
+    g = {v: set(nb) for v, nb in adj.items()}
+
+    def size(v: int) -> int:
+        return math.prod(k[w] for w in g[v])
+
+    def fill(v: int) -> int:
+        nb = list(g[v])
+        return sum(1 for i, a in enumerate(nb) for b in nb[i + 1 :] if b not in g[a])
+
+    score: Callable[[int], tuple[int, ...]]
+    if ordering == "seeds":
+        score = lambda v: (len(g[v]),)  # noqa: E731
+    elif ordering == "min-degree":
+        score = lambda v: (len(g[v]), size(v))  # noqa: E731
+    elif ordering == "min-fill":
+        score = lambda v: (fill(v), size(v))  # noqa: E731
+    else:
+        score = lambda v: (size(v) * k[v],)  # noqa: E731
+    current = {v: score(v) for v in g}
+    heap = [(s, v) for v, s in current.items()]
+    heapq.heapify(heap)
+    order: list[int] = []
+    width = largest = total = peak = persistent = 0
+    while heap:
+        s, v = heapq.heappop(heap)
+        if v not in g or current[v] != s:
+            continue
+        nbrs = g.pop(v)
+        new = math.prod(k[w] for w in nbrs)
+        joint = new * k[v]
+        width = max(width, len(nbrs))
+        largest = max(largest, joint)
+        total += joint
+        persistent += 2 * new  # back-pointers stay until the end
+        peak = max(peak, persistent + _table_bytes(new, joint))
+        if cap_entries is not None and (total > cap_entries or peak > 8 * cap_entries):
+            return None
+        order.append(v)
+        touched = set(nbrs)
+        for a in nbrs:
+            g[a].discard(v)
+            g[a] |= nbrs - {a}
+            if ordering == "min-fill":
+                touched |= g[a]
+        for a in touched:
+            if a in g:
+                current[a] = score(a)
+                heapq.heappush(heap, (current[a], a))
+    return Plan(ordering, tuple(order), width, largest, total, peak)
+
+
+# ---------------------------------------------------------------------------------------------
+# General elimination on tables
+
+
+def _eliminate(graph: _Graph, order: tuple[int, ...]) -> None:
+    """Eliminate ``order`` with tables over dependent sets; records steps on ``graph``."""
+    k = graph.k
+    factors: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+    of_vertex: dict[int, set[int]] = {v: set() for v in order}
+    next_id = 0
+
+    def add(scope: tuple[int, ...], table: np.ndarray) -> None:
+        nonlocal next_id
+        factors[next_id] = (scope, table)
+        for x in scope:
+            of_vertex[x].add(next_id)
+        next_id += 1
+
+    for v in order:
+        add((v,), graph.unary[v])
+    for (u, v), mat in graph.pair.items():
+        add((u, v), mat)
+
+    for v in order:
+        ids = sorted(of_vertex.pop(v))
+        parts = [factors.pop(i) for i in ids]
+        for scope, _ in parts:
+            for x in scope:
+                if x != v:
+                    of_vertex[x].difference_update(ids)
+        dep = tuple(sorted({x for scope, _ in parts for x in scope} - {v}))
+        axes = (*dep, v)
+        shape = [k[x] for x in axes]
+        best = np.empty(shape[:-1])
+        bp: np.ndarray = np.empty(shape[:-1], dtype=_index_dtype(k[v]))
+        per_row = math.prod(shape[1:]) if dep else 1
+        rows = max(1, _CHUNK_ENTRIES // max(1, per_row)) if dep else 1
+        lead = shape[0] if dep else 1
+        for lo in range(0, lead, rows):
+            hi = min(lead, lo + rows)
+            sub_shape = [hi - lo, *shape[1:]] if dep else shape
+            joint = np.zeros(sub_shape)
+            for scope, table in parts:
+                joint += _broadcast(scope, table, axes, dep[0] if dep else None, lo, hi)
+            idx = np.argmin(joint, axis=-1)
+            if dep:
+                bp[lo:hi] = idx
+                best[lo:hi] = np.take_along_axis(joint, idx[..., None], axis=-1)[..., 0]
+            else:
+                bp[...] = idx
+                best[...] = joint[idx]
+        graph.steps.append((v, dep, bp))
+        graph.width = max(graph.width, len(dep))
+        if dep:
+            add(dep, best)
+        else:
+            graph.constant += float(best)
+
+
+def _broadcast(
+    scope: tuple[int, ...], table: np.ndarray, axes: tuple[int, ...], lead: int | None, lo: int, hi: int
+) -> np.ndarray:
+    """``table`` (axes in ``scope`` order) arranged to broadcast against ``axes``, sliced on ``lead``."""
+    if lead is not None and lead in scope:
+        pos = scope.index(lead)
+        table = np.take(table, np.arange(lo, hi), axis=pos)
+    positions = [axes.index(x) for x in scope]
+    perm = np.argsort(positions)
+    table = np.transpose(table, perm)
+    shape = [1] * len(axes)
+    for x, size in zip(sorted(positions), table.shape, strict=True):
+        shape[x] = size
+    return table.reshape(shape)
+
+
+def _recover(graph: _Graph, n: int) -> list[int]:
+    choice = [0] * n
+    for v, dep, bp in reversed(graph.steps):
+        choice[v] = int(bp[tuple(choice[x] for x in dep)]) if dep else int(bp)
+    return choice
+
+
+# ---------------------------------------------------------------------------------------------
+# The solver
+
+
+class DynamicProgramming:
+    """Exact vertex elimination; refuses problems whose tables would not fit the memory cap.
+
+    With a usage limit, the DP solves the problem without it: an optimum that meets the limit is
+    the optimum (OPTIMAL); otherwise the status is NO_SOLUTION with the DP optimum as a proven
+    lower bound. Exact for integer costs while sums stay below 2**53 (float64 tables).
+
+    References
+    ----------
+    V. Elango, "Pase: Parallelization strategies for efficient dnn training", IPDPS 2021
+    (seeds 000-002); Z. Jia et al., "Exploring hidden dimensions in parallelizing convolutional
+    neural networks" (OptCNN), ICML 2018, for the node and edge eliminations.
+    """
+
+    name = "dp"
+    exact = True
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        ordering: str = "auto",
+        memory_cap: int | None = None,
+    ) -> Result:
+        t0 = time.perf_counter()
+        cap_bytes = default_memory_cap() if memory_cap is None else int(memory_cap)
+        if ordering != "auto" and ordering not in ORDERINGS:
+            raise ModelError(f"unknown ordering {ordering!r}; choose from auto, {', '.join(ORDERINGS)}")
+        graph = _Graph.from_problem(problem)
+        alive = set(range(problem.num_vertices))
+        graph.prepass(alive)
+        core = {v: set(graph.adj[v]) for v in sorted(alive)}
+        stats: dict[str, Any] = {
+            "prepass_eliminated": problem.num_vertices - len(core),
+            "core_vertices": len(core),
+            "prepass_seconds": round(time.perf_counter() - t0, 6),
+        }
+        candidates = [ordering] if ordering != "auto" else list(ORDERINGS)
+        if len(core) > 2000 and ordering == "auto":
+            candidates = ["min-degree", "min-size"]  # min-fill's simulation is slow on big cores
+        cap_entries = cap_bytes // 8
+        plans = [p for name in candidates if (p := plan(core, graph.k, name, cap_entries=cap_entries)) is not None]
+        if not plans:
+            probes = [plan(core, graph.k, name) for name in candidates] if len(core) <= 400 else []
+            probe = min((p for p in probes if p is not None), key=lambda p: p.total_entries, default=None)
+            detail = (
+                f"the {probe.ordering} order needs {probe.total_entries:.3g} table entries (largest "
+                f"{probe.largest_table:.3g}, width {probe.width})"
+                if probe is not None
+                else f"every order tried ({', '.join(candidates)}) passes {cap_entries:.3g} table entries"
+            )
+            raise UnsupportedProblemError(
+                f"dp: the tables would not fit the memory cap of {cap_bytes / 2**30:.2f} GiB: {detail} "
+                f"on {len(core)} vertices left after the exact pre-pass; use solver 'greedy', or raise memory_cap"
+            )
+        best = min(plans, key=lambda p: (p.total_entries, ORDERINGS.index(p.ordering)))
+        stats.update(
+            ordering=best.ordering,
+            orderings_tried={p.ordering: p.total_entries for p in plans},
+            estimated_bytes=best.bytes_estimate,
+        )
+        _eliminate(graph, best.order)
+        assignment = _recover(graph, problem.num_vertices)
+        stats.update(
+            width=graph.width,
+            largest_table=best.largest_table,
+            total_table_entries=best.total_entries,
+            seconds=round(time.perf_counter() - t0, 6),
+        )
+        value = graph.constant
+        if not math.isfinite(value):
+            stats["proof"] = "every assignment uses a forbidden entry"
+            return Result(self.name, Status.INFEASIBLE, stats=stats)
+        bound: int | float = round(value) if problem.is_integral and abs(value) < 2**53 else value
+        ev = evaluate(problem, assignment)
+        if ev.feasible:
+            return Result(self.name, Status.OPTIMAL, assignment=tuple(assignment), stats=stats)
+        stats["relaxed_violation"] = ev.violation
+        stats["relaxed_assignment"] = assignment
+        return Result(self.name, Status.NO_SOLUTION, bound=bound, limit=Limit.OTHER, stats=stats)

@@ -1,0 +1,159 @@
+"""The exact DP: equal to brute force on every kind of small graph, with every ordering."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stratopt import Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
+from stratopt.solvers.dp import ORDERINGS, plan
+
+from ..conftest import BIG, problems
+
+
+def assert_matches_brute(problem: StrategyProblem, **options) -> None:
+    exact = solve(problem, "brute")
+    r = solve(problem, "dp", **options)
+    assert r.status is not Status.ERROR, r.stats
+    if problem.usage_limit is None:
+        if exact.status is Status.INFEASIBLE:
+            assert r.status is Status.INFEASIBLE
+        else:
+            assert r.status is Status.OPTIMAL and r.objective == exact.objective == r.bound
+    elif r.status is Status.OPTIMAL:
+        assert r.objective == exact.objective
+    elif r.status is Status.NO_SOLUTION:
+        # The DP ignored the limit: its optimum is a proven lower bound.
+        assert exact.status is Status.INFEASIBLE or r.bound <= exact.objective
+    else:
+        assert r.status is Status.INFEASIBLE and exact.status is Status.INFEASIBLE
+
+
+@st.composite
+def shaped(draw, kind: str, floats: bool = False):
+    """Problems on trees, chains with parallel edges, series-parallel graphs, dense small DAGs."""
+    n = draw(st.integers(2, 7))
+    if kind == "tree":
+        edges = [(draw(st.integers(0, v - 1)), v) for v in range(1, n)]
+    elif kind == "chain":
+        edges = [(v, v + 1) for v in range(n - 1)]
+        edges += [(v, v + 1) if draw(st.booleans()) else (v + 1, v) for v in range(n - 1) if draw(st.booleans())]
+    elif kind == "series-parallel":
+        edges = [(0, 1)]
+        size = 2
+        while size < n:  # subdivide an edge (series) or double it (parallel), then add a vertex
+            u, v = edges[draw(st.integers(0, len(edges) - 1))]
+            if draw(st.booleans()):
+                edges.remove((u, v))
+                edges += [(u, size), (size, v)]
+            else:
+                edges += [(u, size), (size, v)]
+            size += 1
+    else:  # DAG: forward edges with probability, enough to need real tables (degree >= 3)
+        edges = [(u, v) for u in range(n) for v in range(u + 1, n) if draw(st.integers(0, 9)) < 6]
+    nv = max([n] + [max(e) + 1 for e in edges])
+    ks = [draw(st.integers(1, 3)) for _ in range(nv)]
+    value = st.floats(0, 20, allow_nan=False).map(lambda x: round(x, 3)) if floats else st.integers(0, 20)
+    entry = st.one_of(value, value, value, st.just(BIG))
+    node = [[draw(entry) for _ in range(k)] for k in ks]
+    costs = [[draw(entry) for _ in range(ks[u] * ks[v])] for u, v in edges]
+    return StrategyProblem(node, edges, costs)
+
+
+@pytest.mark.parametrize("kind", ["tree", "chain", "series-parallel", "dag"])
+@settings(max_examples=80)
+@given(data=st.data())
+def test_dp_equals_brute_on_shapes(kind, data):
+    """dp = brute on trees, chains with parallel edges, series-parallel graphs and small DAGs."""
+    assert_matches_brute(data.draw(shaped(kind)))
+
+
+@given(shaped("dag", floats=True))
+def test_dp_equals_brute_with_float_costs(problem):
+    """Float costs give the same optimum as brute force."""
+    exact, r = solve(problem, "brute"), solve(problem, "dp")
+    assert r.status is exact.status
+    if exact.status is Status.OPTIMAL:
+        assert r.objective == pytest.approx(exact.objective, rel=1e-12)
+
+
+@given(problems(max_vertices=6))
+def test_dp_against_brute_with_usage(problem):
+    """With usage limits: optimal when the relaxed optimum fits, otherwise a valid lower bound."""
+    assert_matches_brute(problem)
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@settings(max_examples=30)
+@given(problem=shaped("dag"))
+def test_every_ordering_is_exact(ordering, problem):
+    """Each elimination order gives the brute-force optimum."""
+    assert_matches_brute(problem, ordering=ordering)
+
+
+def test_example_bound_and_relaxed_optimum():
+    """The contest example: the DP's unconstrained optimum 415 breaks the limit, so it is a bound."""
+    p = load_problem("example")
+    r = solve(p, "dp")
+    assert r.status is Status.NO_SOLUTION and r.bound == 415 and r.limit is not None
+    assert solve(p.replace(usage_limit=None), "dp").objective == 415
+    assert solve(p).objective == 445  # auto: brute takes over under the limit
+
+
+def test_grid_is_refused_quickly():
+    """A 12x12 grid with 8 choices per vertex is refused before any allocation, naming the width."""
+    side = 12
+    idx = lambda r, c: r * side + c  # noqa: E731
+    edges = [(idx(r, c), idx(r, c + 1)) for r in range(side) for c in range(side - 1)]
+    edges += [(idx(r, c), idx(r + 1, c)) for r in range(side - 1) for c in range(side)]
+    rng = np.random.default_rng(0)
+    p = StrategyProblem(
+        rng.integers(0, 9, (side * side, 8)).tolist(), edges, [rng.integers(0, 9, (8, 8)) for _ in edges]
+    )
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedProblemError, match=r"table entries \(largest .*, width \d+\)"):
+        solve(p, "dp", memory_cap=1 << 30)
+    assert time.perf_counter() - start < 30  # a refusal, not an attempt
+
+
+def test_auto_falls_back_to_greedy_when_refused():
+    """'auto' hands a problem too wide for the DP to greedy and says why."""
+    side = 8
+    idx = lambda r, c: r * side + c  # noqa: E731
+    edges = [(idx(r, c), idx(r, c + 1)) for r in range(side) for c in range(side - 1)]
+    edges += [(idx(r, c), idx(r + 1, c)) for r in range(side - 1) for c in range(side)]
+    rng = np.random.default_rng(1)
+    p = StrategyProblem(
+        rng.integers(0, 9, (side * side, 16)).tolist(), edges, [rng.integers(0, 9, (16, 16)) for _ in edges]
+    )
+    r = solve(p)
+    assert r.solver == "greedy" and r.status is Status.FEASIBLE and r.stats["auto"].startswith("dp refused")
+
+
+def test_complete_graph_needs_tables():
+    """On K5 nothing is left to the pre-pass: real tables over dependent sets give the optimum."""
+    rng = np.random.default_rng(2)
+    edges = [(u, v) for u in range(5) for v in range(u + 1, 5)]
+    p = StrategyProblem(rng.integers(0, 50, (5, 4)).tolist(), edges, [rng.integers(0, 50, (4, 4)) for _ in edges])
+    r = solve(p, "dp")
+    assert r.stats["core_vertices"] == 5 and r.stats["width"] == 4
+    assert r.objective == solve(p, "brute").objective
+
+
+def test_plan_width_on_a_cycle():
+    """Eliminating a cycle never needs more than two dependent vertices."""
+    n = 6
+    adj = {v: {(v - 1) % n, (v + 1) % n} for v in range(n)}
+    for ordering in ORDERINGS:
+        assert plan(adj, [3] * n, ordering).width == 2
+
+
+def test_prepass_solves_trees_without_tables():
+    """A tree is solved entirely by the exact pre-pass (leaves and series vertices)."""
+    p = StrategyProblem([[1, 2, 3]] * 5, [(0, 1), (1, 2), (1, 3), (3, 4)], [np.eye(3) * 5] * 4)
+    r = solve(p, "dp")
+    assert r.stats["core_vertices"] == 0 and r.status is Status.OPTIMAL
