@@ -15,9 +15,9 @@ from stratopt.solvers.dp import ORDERINGS, plan
 from ..conftest import BIG, problems
 
 
-def assert_matches_brute(problem: StrategyProblem, **options) -> None:
+def assert_matches_brute(problem: StrategyProblem, solver: str = "dp", **options) -> None:
     exact = solve(problem, "brute")
-    r = solve(problem, "dp", **options)
+    r = solve(problem, solver, **options)
     assert r.status is not Status.ERROR, r.stats
     if problem.usage_limit is None:
         if exact.status is Status.INFEASIBLE:
@@ -64,12 +64,13 @@ def shaped(draw, kind: str, floats: bool = False):
     return StrategyProblem(node, edges, costs)
 
 
+@pytest.mark.parametrize("solver", ["dp", "dp-reference"])
 @pytest.mark.parametrize("kind", ["tree", "chain", "series-parallel", "dag"])
 @settings(max_examples=80)
 @given(data=st.data())
-def test_dp_equals_brute_on_shapes(kind, data):
-    """dp = brute on trees, chains with parallel edges, series-parallel graphs and small DAGs."""
-    assert_matches_brute(data.draw(shaped(kind)))
+def test_dp_equals_brute_on_shapes(solver, kind, data):
+    """dp = dp-reference = brute on trees, chains with parallel edges, series-parallel graphs, small DAGs."""
+    assert_matches_brute(data.draw(shaped(kind)), solver)
 
 
 @given(shaped("dag", floats=True))
@@ -81,10 +82,11 @@ def test_dp_equals_brute_with_float_costs(problem):
         assert r.objective == pytest.approx(exact.objective, rel=1e-12)
 
 
-@given(problems(max_vertices=6))
-def test_dp_against_brute_with_usage(problem):
+@pytest.mark.parametrize("solver", ["dp", "dp-reference"])
+@given(problem=problems(max_vertices=6))
+def test_dp_against_brute_with_usage(solver, problem):
     """With usage limits: optimal when the relaxed optimum fits, otherwise a valid lower bound."""
-    assert_matches_brute(problem)
+    assert_matches_brute(problem, solver)
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)

@@ -43,6 +43,13 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         summary="exact vertex elimination; any size whose elimination width fits memory",
     ),
     SolverInfo(
+        "dp-reference",
+        "stratopt.solvers.dp_reference",
+        "ReferenceDP",
+        exact=True,
+        summary="seeds 001/002's table algorithm as written; a slow cross-check for small graphs",
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",
