@@ -35,6 +35,7 @@ __all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "plan"]
 ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
 
 _CHUNK_ENTRIES = 1 << 24  # build joint tables in slices of at most this many entries
+_MIN_FILL_CORE = 500  # 'auto' simulates min-fill only on cores up to this many vertices
 
 
 def default_memory_cap() -> int:
@@ -242,11 +243,17 @@ def plan(adj: dict[int, set[int]], k: list[int], ordering: str, *, cap_entries: 
             return None
         order.append(v)
         touched = set(nbrs)
+        if ordering == "min-fill":
+            # A vertex's fill changes when its neighbourhood changes (the neighbours of v) or when
+            # a new edge joins two of its neighbours (the common neighbours of each fill edge).
+            listed = sorted(nbrs)
+            for i, a in enumerate(listed):
+                for b in listed[i + 1 :]:
+                    if b not in g[a]:
+                        touched |= g[a] & g[b]
         for a in nbrs:
             g[a].discard(v)
             g[a] |= nbrs - {a}
-            if ordering == "min-fill":
-                touched |= g[a]
         for a in touched:
             if a in g:
                 current[a] = score(a)
@@ -380,8 +387,8 @@ class DynamicProgramming:
             "prepass_seconds": round(time.perf_counter() - t0, 6),
         }
         candidates = [ordering] if ordering != "auto" else list(ORDERINGS)
-        if len(core) > 2000 and ordering == "auto":
-            candidates = ["min-degree", "min-size"]  # min-fill's simulation is slow on big cores
+        if ordering == "auto" and len(core) > _MIN_FILL_CORE:
+            candidates.remove("min-fill")  # its fill counts are quadratic in the degree of hubs
         cap_entries = cap_bytes // 8
         plans = [p for name in candidates if (p := plan(core, graph.k, name, cap_entries=cap_entries)) is not None]
         if not plans:
