@@ -133,9 +133,10 @@ def test_console_script_runs():
     )
 
 
-# The contest instances: each must get a feasible answer within its contest time limit.
-# (Times are measured by scripts/bench_iopddl.py; here only feasibility is checked.)
-LIMITS = {"B": 60, "G": 120, "V": 300, "A": 60, "S": 240, "P": 240}
+# The contest instances: each must get a feasible answer. greedy uses all the time it is given
+# (window search), so CI gives each what the full pipeline needs with room to spare rather than
+# the contest limit; scripts/bench_iopddl.py measures cost and time at the contest limits.
+LIMITS = {"B": 15, "G": 15, "V": 20, "A": 60, "S": 90, "P": 60}
 
 
 @pytest.mark.parametrize("name", list(LIMITS))

@@ -184,7 +184,7 @@ class StrategyProblem:
 
     def __init__(
         self,
-        node_costs: Sequence[Sequence[Number]],
+        node_costs: Sequence[Sequence[Number] | np.ndarray],
         edges: Sequence[Sequence[int]] = (),
         edge_costs: Sequence[Any] = (),
         *,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+import numpy as np
+from hypothesis import given, settings
 
 from stratopt import Limit, Status, StrategyProblem, load_problem, solve
 from stratopt.solvers._local import Domains, LocalEngine
@@ -87,3 +88,28 @@ def test_greedy_is_reproducible():
     )
     assert solve(p, "greedy").assignment == solve(p, "greedy").assignment
     assert solve(p, "greedy", seed=3).assignment == solve(p, "greedy", seed=3).assignment
+
+
+def test_window_covering_the_graph_reaches_the_optimum():
+    """A window as large as the problem is an exact DP solve: one step reaches the optimum."""
+    from stratopt.solvers._window import WindowSearch
+
+    rng = np.random.default_rng(5)
+    edges = [(v, v + 1) for v in range(9)] + [(0, 5), (2, 7)]
+    p = StrategyProblem(rng.integers(0, 20, (10, 3)).tolist(), edges, [rng.integers(0, 20, (3, 3)) for _ in edges])
+    engine = LocalEngine(p)
+    search = WindowSearch(engine, np.random.default_rng(0), size=10)
+    a = np.zeros(10, dtype=np.int64)
+    a, cost = search.step(a, engine.total_cost(a), lambda _: True)
+    assert cost == solve(p, "brute").objective
+
+
+@settings(max_examples=25)
+@given(problems(max_vertices=6))
+def test_timed_greedy_stays_feasible_and_above_optimum(problem):
+    """With a time limit (window search on), answers stay feasible and never beat the optimum."""
+    exact = solve(problem, "brute")
+    r = solve(problem, "greedy", time_limit=0.1)
+    assert r.status is not Status.ERROR, r.stats
+    if r.status is Status.FEASIBLE:
+        assert exact.status is Status.OPTIMAL and r.objective >= exact.objective and r.limit is Limit.TIME

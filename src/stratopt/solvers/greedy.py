@@ -9,6 +9,7 @@ import numpy as np
 
 from stratopt.problem import FORBIDDEN, StrategyProblem
 from stratopt.solvers._local import FORBIDDEN_COST, Domains, InducedForest, LocalEngine
+from stratopt.solvers._window import WindowSearch
 from stratopt.solvers.base import Limit, Result, Status
 
 __all__ = ["Greedy"]
@@ -27,6 +28,9 @@ class Greedy:
        per unit of usage, raised geometrically each round, and one pass of step 1's descent
        re-runs on the priced costs.
     3. Descent on the true costs, taking only steps that keep the usage within the limit.
+    4. Only when a time limit is given: until it runs out, windows of vertices around random
+       vertices are re-solved exactly by the DP with the rest fixed (large-neighbourhood
+       search), keeping each change that lowers the cost and keeps the limit.
 
     If every vertex at its least-usage choice still exceeds the limit, no assignment can meet it
     and the status is INFEASIBLE (a proof). Otherwise the result is FEASIBLE (no proof of
@@ -126,8 +130,32 @@ class Greedy:
                 return Result(self.name, Status.NO_SOLUTION, limit=why, stats=stats)
         a = improve(a, guard=True)
         cost = engine.total_cost(a)
-        say(f"final cost {cost:.6g}")
+        say(f"descent done: cost {cost:.6g}")
+        if deadline is not None and cost < FORBIDDEN:
+            # Prices one or two rounds below the last steer windows best (measured on B and G).
+            penalty = engine.vertex_penalty(price / growth**2) if engine.has_limit else None
+            a, cost = self._windows(engine, a, cost, rng, out_of_time, say, stats, penalty)
         if cost >= FORBIDDEN:
             return Result(self.name, Status.NO_SOLUTION, limit=Limit.HEURISTIC, stats=stats)
         why = Limit.TIME if out_of_time() else Limit.HEURISTIC
         return Result(self.name, Status.FEASIBLE, assignment=tuple(a.tolist()), limit=why, stats=stats)
+
+    @staticmethod
+    def _windows(engine, a, cost, rng, out_of_time, say, stats, penalty):
+        """Step 4, only with a time limit: exact DP window moves until the time is up."""
+        limit = engine.problem.usage_limit
+
+        def fits(candidate: np.ndarray) -> bool:
+            return not engine.has_limit or engine.profile(candidate).max() <= limit
+
+        search = WindowSearch(engine, rng)
+        start_cost = cost
+        next_report = time.perf_counter() + 5.0
+        while not out_of_time():
+            a, cost = search.step(a, cost, fits, penalty)
+            if time.perf_counter() > next_report:
+                say(f"windows: {search.tried} tried, {search.improved} improved, size {search.size}, cost {cost:.6g}")
+                next_report += 5.0
+        stats["windows"] = {"tried": search.tried, "improved": search.improved, "refused": search.refused}
+        say(f"windows lowered the cost from {start_cost:.6g} to {cost:.6g}")
+        return a, cost
