@@ -9,6 +9,8 @@ adapts: it shrinks when the DP refuses a window (too wide) and grows while nothi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from stratopt.errors import UnsupportedProblemError
@@ -57,7 +59,11 @@ class WindowSearch:
         return sorted(seen)
 
     def step(
-        self, a: np.ndarray, cost: float, limit_check, penalty: np.ndarray | None = None
+        self,
+        a: np.ndarray,
+        cost: float,
+        limit_check: Callable[[np.ndarray], bool],
+        penalty: np.ndarray | None = None,
     ) -> tuple[np.ndarray, float]:
         """One window move; returns the (possibly unchanged) assignment and its cost."""
         eng = self.engine

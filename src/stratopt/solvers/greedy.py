@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -141,7 +142,16 @@ class Greedy:
         return Result(self.name, Status.FEASIBLE, assignment=tuple(a.tolist()), limit=why, stats=stats)
 
     @staticmethod
-    def _windows(engine, a, cost, rng, out_of_time, say, stats, penalty):
+    def _windows(
+        engine: LocalEngine,
+        a: np.ndarray,
+        cost: float,
+        rng: np.random.Generator,
+        out_of_time: Callable[[], bool],
+        say: Callable[[str], None],
+        stats: dict[str, Any],
+        penalty: np.ndarray | None,
+    ) -> tuple[np.ndarray, float]:
         """Step 4, only with a time limit: exact DP window moves until the time is up."""
         limit = engine.problem.usage_limit
 
