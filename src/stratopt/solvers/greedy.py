@@ -1,4 +1,4 @@
-"""A fast usage-aware heuristic: cheapest start, block descent, priced repair, guarded descent."""
+"""A fast usage-aware heuristic: propagating construction, exact block descent, priced repair, DP windows."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class Greedy:
        vertices are re-solved exactly by the DP with the rest fixed (large-neighbourhood
        search), keeping each change that lowers the cost and keeps the limit.
 
-    If every vertex at its least-usage choice still exceeds the limit, no assignment can meet it
-    and the status is INFEASIBLE (a proof). Otherwise the result is FEASIBLE (no proof of
+    If arc consistency empties a domain, or every vertex at its least-usage choice still exceeds
+    the limit, no assignment can be feasible and the status is INFEASIBLE (a proof). Otherwise the result is FEASIBLE (no proof of
     optimality) or NO_SOLUTION when no feasible assignment was reached.
     """
 
@@ -50,7 +50,7 @@ class Greedy:
         forests: int = 4,
         max_rounds: int = 60,
         growth: float = 3.0,
-        progress: Any = None,
+        progress: Callable[[str], None] | None = None,
     ) -> Result:
         t0 = time.perf_counter()
         deadline = None if time_limit is None else t0 + time_limit
