@@ -65,10 +65,14 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     problem = load_problem(args.instance)
     if args.solver != "auto" and args.solver not in registry.names():
         raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
-    result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
-    if not args.json and args.solver == "auto":
-        why = result.stats.get("auto") or "the exact DP fits"
-        _stderr(f"solver: {result.solver} (picked by 'auto' because {why})")
+    # Progress (and why 'auto' moved past the DP) goes to stderr as it happens.
+    if args.solver == "auto":
+        result = solve_auto(problem, time_limit=args.time_limit, seed=args.seed, progress=_stderr)
+        _stderr(f"solver: {result.solver} (picked by 'auto')")
+    elif args.solver == "greedy":
+        result = solve(problem, "greedy", time_limit=args.time_limit, seed=args.seed, progress=_stderr)
+    else:
+        result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
     if args.json:
         _emit_json(result.to_dict(args.instance))
     else:
