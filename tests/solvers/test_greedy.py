@@ -113,3 +113,17 @@ def test_timed_greedy_stays_feasible_and_above_optimum(problem):
     assert r.status is not Status.ERROR, r.stats
     if r.status is Status.FEASIBLE:
         assert exact.status is Status.OPTIMAL and r.objective >= exact.objective and r.limit is Limit.TIME
+
+
+def test_zero_usage_limit():
+    """A limit of zero is handled (only zero-usage choices fit) without arithmetic warnings."""
+    p = StrategyProblem(
+        [[0, 5], [0, 5]],
+        [(0, 1)],
+        [[[9, 0], [0, 9]]],
+        intervals=[[0, 2], [1, 3]],
+        usages=[[3, 0], [3, 0]],
+        usage_limit=0,
+    )
+    r = solve(p, "greedy")
+    assert r.status is Status.FEASIBLE and r.assignment == (1, 1)

@@ -123,7 +123,7 @@ class Greedy:
                 price[over] = np.maximum(price[over] * growth, unit)
                 a = improve(a, engine.vertex_penalty(price), passes=1)
                 profile = engine.profile(a)
-                say(f"round {rounds}: peak/limit {profile.max() / limit:.4f}, cost {engine.total_cost(a):.6g}")
+                say(f"round {rounds}: peak usage {profile.max()} (limit {limit}), cost {engine.total_cost(a):.6g}")
             stats["penalty_rounds"] = rounds
             if profile.max() > limit:
                 stats["peak_usage"] = profile.max().item()

@@ -50,6 +50,14 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         summary="seeds 001/002's table algorithm as written; a slow cross-check for small graphs",
     ),
     SolverInfo(
+        "cpsat",
+        "stratopt.solvers.cpsat",
+        "CpSat",
+        exact=True,
+        summary="OR-Tools CP-SAT on the one-hot formulation; honours the usage limit",
+        requires=("ortools",),
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",

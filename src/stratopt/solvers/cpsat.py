@@ -1,0 +1,161 @@
+"""CP-SAT (OR-Tools) on the shared formulation."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from stratopt.problem import StrategyProblem, evaluate
+from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.formulation import Formulation, build
+
+__all__ = ["CpSat", "map_status"]
+
+#: Largest objective coefficient after scaling float costs.
+_MAX_COEFFICIENT = 1e9
+
+
+def map_status(name: str) -> tuple[Status, Limit | None]:
+    """Our status for a CP-SAT status name (every value of ``cp_model.CpSolverStatus``)."""
+    table = {
+        "OPTIMAL": (Status.OPTIMAL, None),
+        "FEASIBLE": (Status.FEASIBLE, Limit.TIME),
+        "INFEASIBLE": (Status.INFEASIBLE, None),
+        "UNKNOWN": (Status.NO_SOLUTION, Limit.TIME),
+        "MODEL_INVALID": (Status.ERROR, None),
+    }
+    return table[name]
+
+
+class CpSat:
+    """One-hot CP-SAT model: exactly-one per vertex, marginal-linearised edges, clique usage rows.
+
+    Integer costs are used as they are; float costs are scaled so that the largest coefficient is
+    about 1e9 and rounded, and the worst total rounding error is reported in ``stats``. The
+    model gets a full hint from the greedy heuristic. ``num_workers`` defaults to the machine's
+    core count.
+    """
+
+    name = "cpsat"
+    exact = True
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        num_workers: int | None = None,
+        presolve: bool = True,
+        hint: bool = True,
+        log: bool = False,
+    ) -> Result:
+        from ortools.sat.python import cp_model
+
+        form = build(problem)
+        stats: dict[str, Any] = dict(form.stats)
+        if form.infeasible:
+            stats["proof"] = form.infeasible
+            return Result(self.name, Status.INFEASIBLE, stats=stats)
+        scale, error = _scale(problem, form)
+        stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows, scale=scale, rounding_error=error)
+
+        model = cp_model.CpModel()
+        x: dict[tuple[int, int], Any] = {}
+        objective = []
+        for v, (cs, cost) in enumerate(zip(form.choices, form.costs, strict=True)):
+            if len(cs) == 0:
+                continue
+            lits = []
+            for c, w in zip(cs.tolist(), cost.tolist(), strict=True):
+                lit = model.new_bool_var(f"x{v}_{c}")
+                x[(v, c)] = lit
+                lits.append(lit)
+                objective.append((lit, round(w * scale)))
+            model.add_exactly_one(lits)
+        y: list[list[tuple[int, int, Any]]] = []
+        for e, (u, v, pairs, cost) in enumerate(form.edges):
+            rows: dict[int, list[Any]] = {}
+            cols: dict[int, list[Any]] = {}
+            lits_e = []
+            for (a, b), w in zip(pairs.tolist(), cost.tolist(), strict=True):
+                lit = model.new_bool_var(f"y{e}_{a}_{b}")
+                rows.setdefault(a, []).append(lit)
+                cols.setdefault(b, []).append(lit)
+                lits_e.append((a, b, lit))
+                objective.append((lit, round(w * scale)))
+            y.append(lits_e)
+            for a in form.choices[u].tolist():
+                model.add(sum(rows.get(a, [])) == x[(u, a)])
+            for b in form.choices[v].tolist():
+                model.add(sum(cols.get(b, [])) == x[(v, b)])
+        if form.usages is not None:
+            for members, room in form.usage_rows:
+                terms = [
+                    x[(v, c)] * int(use)
+                    for v in members.tolist()
+                    for c, use in zip(form.choices[v].tolist(), form.usages[v].tolist(), strict=True)
+                    if use
+                ]
+                model.add(sum(terms) <= math.floor(room))
+        model.minimize(sum(coef * lit for lit, coef in objective if coef))
+
+        if hint:
+            start = _hint(problem)
+            if start is not None:
+                stats["hint_objective"] = evaluate(problem, start).objective
+                for (v, c), lit in x.items():
+                    model.add_hint(lit, bool(start[v] == c))
+                for (u, v, _, _), lits_e in zip(form.edges, y, strict=True):
+                    for a, b, lit in lits_e:
+                        model.add_hint(lit, bool(start[u] == a and start[v] == b))
+
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = num_workers or os.cpu_count() or 1
+        if time_limit is not None:
+            solver.parameters.max_time_in_seconds = float(time_limit)
+        if seed is not None:
+            solver.parameters.random_seed = int(seed)
+        solver.parameters.cp_model_presolve = presolve
+        solver.parameters.log_search_progress = log
+        code = solver.solve(model)
+        status, limit = map_status(solver.status_name(code))
+        stats["cpsat_status"] = solver.status_name(code)
+        if status in (Status.OPTIMAL, Status.FEASIBLE):
+            picked = {v: c for (v, c), lit in x.items() if solver.boolean_value(lit)}
+            assignment = tuple(form.assignment(picked))
+            bound = None
+            if status is Status.FEASIBLE:
+                bound = _bound(problem, form, solver.best_objective_bound, scale, error)
+            return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
+        return Result(self.name, status, limit=limit, stats=stats)
+
+
+def _scale(problem: StrategyProblem, form: Formulation) -> tuple[float, float]:
+    """(scale, worst total rounding error in the problem's units)."""
+    if problem.is_integral:
+        return 1.0, 0.0
+    peak = max(
+        [float(np.abs(c).max()) for c in form.costs if len(c)]
+        + [float(np.abs(c).max()) for *_, c in form.edges if len(c)]
+        + [1.0]
+    )
+    scale = _MAX_COEFFICIENT / peak
+    terms = sum(1 for c in form.costs if len(c)) + len(form.edges)
+    return scale, 0.5 * terms / scale
+
+
+def _bound(problem: StrategyProblem, form: Formulation, raw: float, scale: float, error: float) -> float | int:
+    value = raw / scale + form.constant - error
+    return math.ceil(value - 1e-9) if problem.is_integral else value
+
+
+def _hint(problem: StrategyProblem) -> np.ndarray | None:
+    """A complete feasible assignment from the greedy heuristic, or None."""
+    from stratopt.solvers.greedy import Greedy
+
+    res = Greedy().solve(problem)
+    return None if res.assignment is None else np.asarray(res.assignment)

@@ -1,0 +1,76 @@
+"""CP-SAT and the shared formulation: counts, exactness against brute force, status mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from stratopt import Status, StrategyProblem, load_problem, solve
+from stratopt.solvers.formulation import _maximal_cliques, build
+
+from ..conftest import BIG, problems
+
+cp_model = pytest.importorskip("ortools.sat.python.cp_model")
+
+
+def test_formulation_counts_on_the_example():
+    """The example: two single-choice vertices fold away; what is left is small and countable."""
+    form = build(load_problem("example"))
+    assert form.fixed == {0: 0, 4: 0}
+    assert (form.num_x, form.num_y) == (7, 4)  # vertices 1, 2, 3; the one edge 1 -> 3 left
+    assert form.num_rows == 3 + (2 + 2) + 1  # exactly-one, marginals, one usage row
+    assert form.constant == 15 + 95 + 0  # the fixed vertices' own costs (their edges became node costs)
+
+
+def test_forbidden_pairs_get_no_variable():
+    """Forbidden choices and pairs are dropped before building."""
+    p = StrategyProblem([[0, 0, BIG], [0, 0]], [(0, 1)], [[[1, BIG], [2, 3], [4, 5]]])
+    form = build(p)
+    assert form.choices[0].tolist() == [0, 1] and form.num_y == 3
+
+
+def test_parallel_edges_are_merged():
+    """Two edges between the same pair become one set of y variables."""
+    p = StrategyProblem([[0, 0], [0, 0]], [(0, 1), (1, 0)], [[[0, 1], [2, 3]], [[5, 0], [0, 5]]])
+    form = build(p)
+    assert form.stats["parallel_edges_merged"] == 1 and len(form.edges) == 1
+
+
+def test_maximal_cliques_of_intervals():
+    """Only live sets contained in no other one give usage rows."""
+    import numpy as np
+
+    iv = np.array([[0, 4], [1, 2], [3, 6], [5, 7], [2, 2]])
+    assert sorted(map(sorted, _maximal_cliques(iv))) == [[0, 1], [0, 2], [2, 3]]
+
+
+@settings(max_examples=40)
+@given(problems(max_vertices=5))
+def test_cpsat_equals_brute(problem):
+    """CP-SAT, usage limits included, finds brute force's optimum or proves infeasibility."""
+    exact = solve(problem, "brute")
+    r = solve(problem, "cpsat", time_limit=20)
+    assert r.status is exact.status
+    if exact.status is Status.OPTIMAL:
+        assert r.objective == exact.objective == r.bound
+
+
+def test_every_cpsat_status_is_mapped():
+    """Each value of CP-SAT's status enum maps to one of ours."""
+    from ortools.sat import cp_model_pb2
+
+    from stratopt.solvers.cpsat import map_status
+
+    names = cp_model_pb2.CpSolverStatus.keys()
+    assert set(names) == {"UNKNOWN", "MODEL_INVALID", "FEASIBLE", "INFEASIBLE", "OPTIMAL"}
+    for name in names:
+        status, limit = map_status(name)
+        assert (limit is not None) == (status in (Status.FEASIBLE, Status.NO_SOLUTION))
+
+
+def test_float_costs_report_rounding():
+    """Float costs are scaled to integers and the rounding error is reported."""
+    p = StrategyProblem([[0.25, 1.5], [0.75, 0.1]], [(0, 1)], [[[0.0, 2.5], [2.5, 0.0]]])
+    r = solve(p, "cpsat")
+    assert r.status is Status.OPTIMAL and r.objective == pytest.approx(solve(p, "brute").objective)
+    assert 0 < r.stats["rounding_error"] < 1e-6
