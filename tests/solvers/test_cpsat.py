@@ -74,3 +74,24 @@ def test_float_costs_report_rounding():
     r = solve(p, "cpsat")
     assert r.status is Status.OPTIMAL and r.objective == pytest.approx(solve(p, "brute").objective)
     assert 0 < r.stats["rounding_error"] < 1e-6
+
+
+def test_auto_uses_cpsat_when_the_limit_binds():
+    """Beyond brute's range, 'auto' answers a binding usage limit with CP-SAT, exactly."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    n = 10  # 4**10 assignments: past 'auto's brute range, within brute's own
+    edges = [(v, v + 1) for v in range(n - 1)] + [(0, 5), (3, 8)]
+    node = [[0, 1, 2, 3]] * n
+    p = StrategyProblem(
+        node,
+        edges,
+        [rng.integers(0, 3, (4, 4)) for _ in edges],
+        intervals=[[0, 1]] * n,
+        usages=[[3, 2, 1, 0]] * n,
+        usage_limit=15,
+    )
+    r = solve(p)
+    assert r.solver == "cpsat" and r.status is Status.OPTIMAL
+    assert r.objective == solve(p, "brute").objective

@@ -121,10 +121,15 @@ def test_grid_is_refused_before_allocating():
         solve(grid(12, 8, 0), "dp", memory_cap=1 << 30)
 
 
-def test_auto_falls_back_to_greedy_when_refused():
-    """'auto' hands a problem too wide for the DP to greedy and says why."""
-    r = solve(grid(8, 16, 1))
-    assert r.solver == "greedy" and r.status is Status.FEASIBLE and r.stats["auto"].startswith("dp refused")
+def test_auto_moves_on_when_the_dp_refuses(monkeypatch):
+    """'auto' hands a problem too wide for the DP to CP-SAT, or to greedy beyond CP-SAT's sizes."""
+    p = grid(8, 16, 1)
+    r = solve(p, time_limit=5)
+    assert r.solver == "cpsat" and r.status in (Status.OPTIMAL, Status.FEASIBLE)
+    assert r.stats["auto"].startswith("dp refused")
+    monkeypatch.setattr("stratopt.solvers.AUTO_CPSAT_VERTICES", 10)
+    r = solve(p, time_limit=2)
+    assert r.solver == "greedy" and r.status is Status.FEASIBLE
 
 
 def test_complete_graph_needs_tables():

@@ -20,6 +20,17 @@ __all__ = ["Limit", "Result", "Solver", "Status", "solve", "solve_auto"]
 AUTO_BRUTE_LIMIT = 100_000
 
 
+#: ``"auto"`` gives CP-SAT problems up to these sizes (vertices, edge-matrix entries); larger
+#: models take longer to build in Python than the heuristic needs to solve them.
+AUTO_CPSAT_VERTICES = 5_000
+AUTO_CPSAT_EDGE_ENTRIES = 2_000_000
+
+
+def cpsat_fits(problem: StrategyProblem) -> bool:
+    """Whether ``"auto"`` hands this problem to CP-SAT rather than the heuristic."""
+    return problem.num_vertices <= AUTO_CPSAT_VERTICES and problem.edge_flat.size <= AUTO_CPSAT_EDGE_ENTRIES
+
+
 def solve_auto(
     problem: StrategyProblem,
     *,
@@ -30,9 +41,10 @@ def solve_auto(
     """What ``solve(problem, "auto")`` does: the best exact answer that applies, else a heuristic.
 
     1. ``dp``: exact; its answer stands when optimal or infeasible.
-    2. If the DP's optimum breaks the usage limit and the problem has at most
-       ``AUTO_BRUTE_LIMIT`` assignments, ``brute`` (exact under the limit).
-    3. Otherwise ``greedy``, carrying the DP's optimum as a proven lower bound when there is one.
+    2. If the DP refuses or its optimum breaks the usage limit: ``brute`` (exact under the limit)
+       for at most ``AUTO_BRUTE_LIMIT`` assignments; else ``cpsat`` (exact under the limit, with
+       greedy's hint) where :func:`cpsat_fits`; else ``greedy``.
+    A FEASIBLE answer carries the DP's optimum as its lower bound when that is the better bound.
     ``stats["auto"]`` says why the answer came from a later step. ``progress`` receives greedy's
     progress lines.
     """
@@ -55,13 +67,17 @@ def solve_auto(
 
     if problem.search_space_size <= AUTO_BRUTE_LIMIT:
         result = solve(problem, "brute", time_limit=left(), seed=seed)
+    elif cpsat_fits(problem) and registry.available("cpsat"):
+        say("cpsat: solving the one-hot model (greedy gives the hint)")
+        result = solve(problem, "cpsat", time_limit=left(), seed=seed)
     else:
         result = solve(problem, "greedy", time_limit=left(), seed=seed, progress=progress)
     stats = {**result.stats, "auto": note}
     changes: dict[str, Any] = {"stats": stats, "wall_time": time.perf_counter() - start}
     if bound is not None and result.status is Status.FEASIBLE:
         stats["dp_bound"] = bound
-        changes["bound"] = bound
+        if result.bound is None or bound > result.bound:
+            changes["bound"] = bound
     return dataclasses.replace(result, **changes)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -49,12 +50,13 @@ class CpSat:
         time_limit: float | None = None,
         seed: int | None = None,
         num_workers: int | None = None,
-        presolve: bool = True,
+        presolve: bool = False,
         hint: bool = True,
         log: bool = False,
     ) -> Result:
         from ortools.sat.python import cp_model
 
+        started = time.perf_counter()
         form = build(problem)
         stats: dict[str, Any] = dict(form.stats)
         if form.infeasible:
@@ -103,6 +105,7 @@ class CpSat:
                 model.add(sum(terms) <= math.floor(room))
         model.minimize(sum(coef * lit for lit, coef in objective if coef))
 
+        start = None
         if hint:
             start = _hint(problem)
             if start is not None:
@@ -116,7 +119,8 @@ class CpSat:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = num_workers or os.cpu_count() or 1
         if time_limit is not None:
-            solver.parameters.max_time_in_seconds = float(time_limit)
+            # The limit covers building the model and the hint too.
+            solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - started))
         if seed is not None:
             solver.parameters.random_seed = int(seed)
         solver.parameters.cp_model_presolve = presolve
@@ -131,6 +135,13 @@ class CpSat:
             if status is Status.FEASIBLE:
                 bound = _bound(problem, form, solver.best_objective_bound, scale, error)
             return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
+        if status is Status.NO_SOLUTION and start is not None:
+            # CP-SAT found nothing in time; the heuristic's feasible hint is still an answer.
+            stats["answer_from"] = "hint"
+            bound = _bound(problem, form, solver.best_objective_bound, scale, error)
+            return Result(
+                self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), bound=bound, limit=limit, stats=stats
+            )
         return Result(self.name, status, limit=limit, stats=stats)
 
 
