@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         default="auto",
         metavar="S",
-        help=f"solver: auto (default: the exact DP when it fits, else greedy) or one of {', '.join(registry.names())}",
+        help=f"solver: auto (default: dp when it fits, else brute, cpsat or greedy by size) or one of {', '.join(registry.names())}",
     )
     p.add_argument("--time-limit", "-t", type=_positive_float, metavar="SEC", help="seconds the solver may use")
     p.add_argument("--seed", type=int, help="seed for randomised solvers")
