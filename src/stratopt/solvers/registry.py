@@ -21,8 +21,6 @@ class SolverInfo:
     name: str
     module: str
     attr: str
-    exact: bool
-    summary: str
     requires: tuple[str, ...] = ()
     extra: str | None = None
 
@@ -32,37 +30,27 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         "brute",
         "stratopt.solvers.brute",
         "BruteForce",
-        exact=True,
-        summary="exhaustive enumeration; reference for tiny problems",
     ),
     SolverInfo(
         "dp",
         "stratopt.solvers.dp",
         "DynamicProgramming",
-        exact=True,
-        summary="exact vertex elimination; any size whose elimination width fits memory",
     ),
     SolverInfo(
         "dp-reference",
         "stratopt.solvers.dp_reference",
         "ReferenceDP",
-        exact=True,
-        summary="seeds 001/002's table algorithm as written; a slow cross-check for small graphs",
     ),
     SolverInfo(
         "cpsat",
         "stratopt.solvers.cpsat",
         "CpSat",
-        exact=True,
-        summary="OR-Tools CP-SAT on the one-hot formulation; honours the usage limit",
         requires=("ortools",),
     ),
     SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",
-        exact=False,
-        summary="usage-aware greedy with local descent; fast, no proof",
     ),
 )
 
