@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.problem import FORBIDDEN, StrategyProblem
+from stratopt.problem import FORBIDDEN, StrategyProblem, usage_profile
 
 __all__ = ["LocalEngine"]
 
@@ -167,11 +167,8 @@ class LocalEngine:
     # -- usage ---------------------------------------------------------------------------------
 
     def profile(self, a: np.ndarray) -> np.ndarray:
-        used = self.usage[self.off[:-1] + a]
-        diff = np.zeros(self.num_slots + 1, dtype=used.dtype)
-        np.add.at(diff, self.start, used)
-        np.add.at(diff, self.end, -used)
-        return np.cumsum(diff[:-1])
+        """Live usage per time slot (only for problems with usages)."""
+        return usage_profile(self.problem, a)
 
     def range_max(self, profile: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """max(profile[lo:hi]) per query (a sparse table); empty ranges give -inf-like minimum."""
