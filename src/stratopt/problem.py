@@ -134,6 +134,13 @@ def _forbidden_mask(values: np.ndarray) -> np.ndarray:
     return values >= FORBIDDEN
 
 
+def float_costs(values: np.ndarray, forbidden: float = math.inf) -> np.ndarray:
+    """A float64 copy of cost values with every forbidden entry (>= FORBIDDEN) set to ``forbidden``."""
+    out = values.astype(np.float64)
+    out[_forbidden_mask(values)] = forbidden
+    return out
+
+
 class StrategyProblem:
     """A pairwise cost network: one choice per vertex, node and edge costs, optional usage limit.
 

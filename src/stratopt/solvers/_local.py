@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.problem import FORBIDDEN, StrategyProblem, usage_profile
+from stratopt.problem import FORBIDDEN, StrategyProblem, float_costs, usage_profile
 
 __all__ = ["LocalEngine"]
 
@@ -38,12 +38,6 @@ def _ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 #: Working value of every forbidden entry.
 FORBIDDEN_COST = 1e18
-
-
-def _as_float_costs(flat: np.ndarray) -> np.ndarray:
-    out = flat.astype(np.float64)
-    out[flat >= FORBIDDEN] = FORBIDDEN_COST
-    return out
 
 
 def greedy_colouring(n: int, edges: np.ndarray) -> np.ndarray:
@@ -86,7 +80,7 @@ class LocalEngine:
         self.n = n
         self.k = k
         self.off = problem.node_offsets
-        self.node = _as_float_costs(problem.node_flat)
+        self.node = float_costs(problem.node_flat, FORBIDDEN_COST)
         self.slot_vertex = np.repeat(np.arange(n), k)
 
         edges = problem.edges
@@ -94,7 +88,7 @@ class LocalEngine:
         u, v = edges[:, 0], edges[:, 1]
         eoff = problem.edge_offsets
         sizes = np.diff(eoff)
-        forward = _as_float_costs(problem.edge_flat)
+        forward = float_costs(problem.edge_flat, FORBIDDEN_COST)
         # Transposed copy: entry (a, b) of edge e moves to eoff[e] + b * K_u + a.
         rows, within = _ragged_arange(sizes)
         kv = k[v][rows]

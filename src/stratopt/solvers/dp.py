@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError, UnsupportedProblemError
-from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
+from stratopt.problem import StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 
 __all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "plan"]
@@ -71,16 +71,10 @@ class _Graph:
     def from_problem(cls, problem: StrategyProblem) -> _Graph:
         n = problem.num_vertices
         k = problem.num_choices.tolist()
-
-        def costs(flat: np.ndarray) -> np.ndarray:
-            out = flat.astype(np.float64)
-            out[flat >= FORBIDDEN] = np.inf
-            return out
-
-        node = costs(problem.node_flat)
+        node = float_costs(problem.node_flat)
         off = problem.node_offsets
         unary = [node[off[v] : off[v + 1]].copy() for v in range(n)]
-        edge = costs(problem.edge_flat)
+        edge = float_costs(problem.edge_flat)
         eoff = problem.edge_offsets
         pair: dict[tuple[int, int], np.ndarray] = {}
         adj: list[set[int]] = [set() for _ in range(n)]

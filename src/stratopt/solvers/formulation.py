@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stratopt.problem import FORBIDDEN, StrategyProblem
+from stratopt.problem import FORBIDDEN, StrategyProblem, float_costs
 
 __all__ = ["Formulation", "build"]
 
@@ -72,8 +72,7 @@ def build(problem: StrategyProblem) -> Formulation:
     allowed = [problem.node_cost(v) < FORBIDDEN for v in range(n)]
     merged: dict[tuple[int, int], np.ndarray] = {}
     for e, (u, v) in enumerate(problem.edges.tolist()):
-        mat = problem.edge_cost(e).astype(np.float64)
-        mat[problem.edge_cost(e) >= FORBIDDEN] = np.inf
+        mat = float_costs(problem.edge_cost(e))
         if u > v:
             u, v, mat = v, u, mat.T
         merged[(u, v)] = merged[(u, v)] + mat if (u, v) in merged else mat
