@@ -95,3 +95,15 @@ def test_auto_uses_cpsat_when_the_limit_binds():
     r = solve(p)
     assert r.solver == "cpsat" and r.status is Status.OPTIMAL
     assert r.objective == solve(p, "brute").objective
+
+
+def test_unknown_status_falls_back_to_the_hint(monkeypatch):
+    """If CP-SAT ends with nothing (UNKNOWN), the feasible greedy hint is returned, marked as such."""
+    from stratopt import Limit
+    from stratopt.solvers import cpsat
+
+    monkeypatch.setattr(cpsat, "map_status", lambda name: (Status.NO_SOLUTION, Limit.TIME))
+    p = load_problem("example")
+    r = solve(p, "cpsat")
+    assert r.status is Status.FEASIBLE and r.stats["answer_from"] == "hint"
+    assert r.objective >= 445 and r.bound <= 445 and r.limit is Limit.TIME
