@@ -1,0 +1,79 @@
+"""Shared pieces of the cost profiles: tensor layouts under configurations, overlap of layouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stratopt.graph.ir import Operator, TensorUse
+
+__all__ = ["VertexCosts", "layout", "memory_bytes", "needed_words", "per_device"]
+
+
+@dataclass(frozen=True)
+class VertexCosts:
+    """Per-configuration costs of one operator: compute and communication time, memory bytes."""
+
+    compute: np.ndarray
+    comm: np.ndarray
+    memory: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.compute + self.comm
+
+
+def layout(op: Operator, use: TensorUse, configs: np.ndarray) -> np.ndarray:
+    """Split count of every dimension of ``use`` under each configuration: shape (K, ndim).
+
+    A dimension indexed by several axes is split by their product; by none, not at all.
+    """
+    out = np.ones((configs.shape[0], len(use.dims)), dtype=np.float64)
+    for d, group in enumerate(use.dims):
+        for axis in group:
+            out[:, d] *= configs[:, op.axis_index(axis)]
+    return out
+
+
+def per_device(op: Operator, configs: np.ndarray) -> np.ndarray:
+    """The domain block each device holds: sizes / split counts, shape (K, naxes), float."""
+    return np.asarray(op.sizes, dtype=np.float64) / configs
+
+
+def needed_words(shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Words each consumer device must receive to change a tensor's layout from ``src`` splits
+    to ``dst`` splits (one row per layout): a (Ku, Kv) matrix.
+
+    A consumer needs its whole tile ``prod(T_i / dst_i)``; it already holds the part that
+    overlaps the producer's tile ``prod(min(T_i / src_i, T_i / dst_i))``, except when the
+    consumer uses more devices than the producer, where some consumer holds nothing (PaSE's
+    GetAreaNeeded, which we follow exactly).
+    """
+    t = np.asarray(shape, dtype=np.float64)
+    s_tile = t / src  # (Ku, d)
+    d_tile = t / dst  # (Kv, d)
+    p_src = np.prod(src, axis=1)
+    p_dst = np.prod(dst, axis=1)
+    need = np.prod(d_tile, axis=1)[None, :]
+    overlap = np.prod(np.minimum(s_tile[:, None, :], d_tile[None, :, :]), axis=2)
+    overlap = np.where(p_dst[None, :] > p_src[:, None], 0.0, overlap)
+    return np.clip(need - overlap, 0.0, None)
+
+
+def memory_bytes(op: Operator, configs: np.ndarray, dtype_bytes: int, state_bytes: int) -> np.ndarray:
+    """Bytes one device holds for ``op`` under each configuration.
+
+    Weights (graph inputs marked ``param``) count their value and gradient in the training dtype
+    plus ``state_bytes`` of optimizer state per element (8 for Adam's two fp32 moments); outputs
+    count once, kept for the backward pass. A weight whose dimensions are not split is held
+    whole by every device (data parallelism replicates it).
+    """
+    total = np.zeros(configs.shape[0], dtype=np.float64)
+    for t in op.inputs:
+        if t.param:
+            tile = t.use.size / np.prod(layout(op, t.use, configs), axis=1)
+            total += tile * (2 * dtype_bytes + state_bytes)
+    for use in op.outputs:
+        total += use.size / np.prod(layout(op, use, configs), axis=1) * dtype_bytes
+    return total

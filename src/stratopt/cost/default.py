@@ -1,0 +1,210 @@
+"""The ``default`` cost profile: seconds on a real machine, the profile users should trust.
+
+Per training step and per device, in microseconds:
+
+- dense products (GEMM, convolution, LSTM): 2 flops per multiply-add, forward plus two backward
+  products, at ``efficiency x peak``; fused pointwise work and every other operator are
+  memory-bound: bytes read and written at the device memory bandwidth;
+- communication: the same reductions PaSE identifies (the output over k splits, the input
+  gradient over n splits, the weight gradient over m splits, statistics of split norms and
+  softmaxes, halos of split pooling windows) as alpha-beta collectives on the machine's links,
+  intra-node when the group fits in a node (:mod:`stratopt.machine`);
+- edges: the bytes each consumer device lacks, forward and backward, as two messages on the
+  link the larger of the two layouts uses;
+- memory: weights, gradients and optimizer state of the device's weight blocks plus its output
+  activations (kept for the backward pass), in bytes; it becomes the usage constraint when a
+  memory limit is given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stratopt.cost.common import VertexCosts, layout, memory_bytes, needed_words, per_device
+from stratopt.graph.ir import Operator, TensorUse
+from stratopt.machine import Machine
+
+__all__ = ["DefaultProfile"]
+
+_US = 1e6  # seconds -> microseconds
+
+
+def _prod(block: np.ndarray, op: Operator, axes: list[str]) -> np.ndarray:
+    out = np.ones(block.shape[0], dtype=np.float64)
+    for a in axes:
+        out = out * block[:, op.axis_index(a)]
+    return out
+
+
+class DefaultProfile:
+    """Realistic step time (microseconds) and memory (bytes) on ``machine``.
+
+    ``dtype_bytes`` is the training dtype (2 for bf16), ``state_bytes`` the optimizer state per
+    weight element (8: Adam's two fp32 moments).
+    """
+
+    name = "default"
+    units = "us"
+
+    def __init__(self, machine: Machine, *, dtype_bytes: int = 2, state_bytes: int = 8) -> None:
+        self.machine = machine
+        self.dtype_bytes = dtype_bytes
+        self.state_bytes = state_bytes
+        self.flops = machine.peak_tflops * 1e12 * machine.efficiency
+        self.hbm = machine.hbm_gbps * 1e9
+
+    def _ar(self, elems: np.ndarray, group: np.ndarray) -> np.ndarray:
+        return self.machine.all_reduce(elems * self.dtype_bytes, group) * _US
+
+    def _stream(self, elems: np.ndarray) -> np.ndarray:
+        """Microseconds to read or write ``elems`` elements of device memory."""
+        return elems * self.dtype_bytes / self.hbm * _US
+
+    def vertex(self, op: Operator, configs: np.ndarray) -> VertexCosts:
+        cfg = configs.astype(np.float64)
+        handler = getattr(self, f"_{op.op}", self._layout)
+        compute, comm = handler(op, cfg)
+        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
+
+    def _gemm_parts(
+        self,
+        bb: np.ndarray,
+        m: np.ndarray,
+        n: np.ndarray,
+        k: np.ndarray,
+        cm: np.ndarray,
+        cn: np.ndarray,
+        ck: np.ndarray,
+        pw: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        compute = bb * 3.0 * 2.0 * m * n * k / self.flops * _US
+        # Fused pointwise ops: forward and backward passes over the output block.
+        compute = compute + self._stream(bb * m * n * 4.0 * pw)
+        comm = self._ar(bb * m * n, ck) + self._ar(bb * m * k, cn) + self._ar(bb * n * k, cm)
+        return compute, comm
+
+    def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        a = op.attrs
+        return self._gemm_parts(
+            _prod(block, op, a["batch"]),
+            _prod(block, op, a["m"]),
+            _prod(block, op, a["n"]),
+            _prod(block, op, a["k"]),
+            _prod(cfg, op, a["m"]),
+            _prod(cfg, op, a["n"]),
+            _prod(cfg, op, a["k"]),
+            op.pointwise,
+        )
+
+    _conv = _gemm
+
+    def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = op.attrs
+        block = per_device(op, cfg)
+        col = op.axis_index
+        bb = block[:, col(a["layer"])]
+        m = block[:, col(a["seq"])] * block[:, col(a["batch"])]
+        compute, comm = self._gemm_parts(
+            bb,
+            m,
+            4.0 * block[:, col(a["n"])],
+            2.0 * block[:, col(a["k"])],
+            cfg[:, col(a["seq"])] * cfg[:, col(a["batch"])],
+            cfg[:, col(a["n"])],
+            cfg[:, col(a["k"])],
+            op.pointwise,
+        )
+        # Every cell's output (b, n) is re-laid as the next cell's input (b, k): one message per
+        # layer and time step when the layouts differ.
+        b_block = block[:, col(a["batch"])]
+        p_out = cfg[:, col(a["batch"])] * cfg[:, col(a["n"])]
+        p_in = cfg[:, col(a["batch"])] * cfg[:, col(a["k"])]
+        in_tile = b_block * block[:, col(a["k"])]
+        overlap = np.where(p_in > p_out, 0.0, b_block * np.minimum(block[:, col(a["n"])], block[:, col(a["k"])]))
+        words = np.clip(in_tile - overlap, 0.0, None)
+        steps = op.size_of(a["layer"]) * op.size_of(a["seq"])
+        group = np.maximum(p_in, p_out)
+        relay = self.machine.transfer(words * self.dtype_bytes, group) * _US
+        return compute, comm + steps * 2.0 * relay
+
+    def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        elems = per_device(op, cfg).prod(axis=1)
+        # Two inputs read, one output written, forward and backward, plus fused ops.
+        return self._stream(elems * (6.0 + 4.0 * op.pointwise)), np.zeros(cfg.shape[0])
+
+    def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r, s = op.attrs["window"]
+        image = op.inputs[0].use.shape
+        splits = cfg[:, [op.axis_index(a) for a in op.attrs["image"]]]
+        tile = np.asarray(image, dtype=np.float64) / splits
+        out = per_device(op, cfg).prod(axis=1)
+        compute = self._stream(2.0 * (tile.prod(axis=1) + out))
+        h = tile[:, 2] + np.where(splits[:, 2] > 1, r, 0)
+        w = tile[:, 3] + np.where(splits[:, 3] > 1, s, 0)
+        ghost = (h * w - tile[:, 2] * tile[:, 3]) * tile[:, 0] * tile[:, 1]
+        group = splits.prod(axis=1)
+        halo = self.machine.transfer(ghost * self.dtype_bytes, group, messages=2) * _US
+        return compute, 2.0 * halo
+
+    def _norm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        compute = self._stream(8.0 * elems)
+        others = np.delete(cfg, ax, axis=1).prod(axis=1)
+        comm = 2.0 * self._ar(2.0 * elems / block[:, ax], cfg[:, ax]) + self._ar(2.0 * block[:, ax], others)
+        return compute, comm
+
+    def _softmax(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        rows = elems / block[:, ax]
+        # Max and sum forward, one dot product backward, each a row reduction across the split.
+        return self._stream(6.0 * elems), 3.0 * self._ar(rows, cfg[:, ax])
+
+    def _softmax_xent(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        rows = elems / block[:, ax]
+        return self._stream(4.0 * elems), 3.0 * self._ar(rows, cfg[:, ax])
+
+    def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        procs = _prod(cfg, op, list(op.attrs["axes"]))
+        out = elems / _prod(block, op, list(op.attrs["axes"]))
+        return self._stream(2.0 * elems), self._ar(out, procs)
+
+    def _transpose(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        elems = per_device(op, cfg).prod(axis=1)
+        return self._stream(4.0 * elems), np.zeros(cfg.shape[0])
+
+    def _layout(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(cfg.shape[0]), np.zeros(cfg.shape[0])
+
+    def edge(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+    ) -> np.ndarray:
+        src = layout(producer, produced, src_configs)
+        dst = layout(consumer, consumed, dst_configs)
+        words = needed_words(produced.shape, src, dst)
+        group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
+        # Forward activation and backward gradient: two messages.
+        return 2.0 * self.machine.transfer(words * self.dtype_bytes, group) * _US
+
+    def describe(self) -> str:
+        m = self.machine
+        return (
+            f"default: step time in microseconds on {m.name} ({m.peak_tflops:g} TFLOPS x {m.efficiency:g}, "
+            f"HBM {m.hbm_gbps:g} GB/s, {m.devices_per_node} per node, {m.intra_gbps:g}/{m.inter_gbps:g} GB/s), "
+            f"{self.dtype_bytes}-byte values"
+        )

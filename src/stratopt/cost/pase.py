@@ -1,0 +1,202 @@
+"""The ``pase`` cost profile: PaSE's t_V and t_E, exactly, so that our optima can be checked.
+
+Units are PaSE's: "flops" of one device, with communicated words converted at
+``r = peak_flops / (bandwidth / 8 bytes per word)``, which is 5000 for PaSE's defaults of
+10 TFLOPS and 16 GB/s. An all-reduce of w words over P devices costs ``r * 2 (P-1) w / P``.
+Every formula below follows PaSE's ``nn_ops.py`` (baidu-research/PaSE); we checked them against
+its published optima (AlexNet and RNNLM at p = 4, in the tests).
+
+References: V. Elango, "Pase: Parallelization Strategies for Efficient DNN Training", IPDPS 2021.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stratopt.cost.common import VertexCosts, layout, memory_bytes, needed_words, per_device
+from stratopt.graph.ir import LAYOUT_OPS, Operator, TensorUse
+from stratopt.machine import Machine
+
+__all__ = ["PaseProfile"]
+
+
+def _prod(block: np.ndarray, op: Operator, axes: list[str]) -> np.ndarray:
+    out = np.ones(block.shape[0], dtype=np.float64)
+    for a in axes:
+        out = out * block[:, op.axis_index(a)]
+    return out
+
+
+class PaseProfile:
+    """PaSE's cost model on a machine (only peak flops and bandwidth matter).
+
+    Examples
+    --------
+    >>> from stratopt.machine import get_machine
+    >>> PaseProfile(get_machine("pase")).r
+    5000.0
+    """
+
+    name = "pase"
+    units = "flops"
+    #: Bytes per word for the memory estimate (PaSE itself has no memory model; fp32 training).
+    dtype_bytes = 4
+    state_bytes = 8
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        # r: flops per communicated word; words are 8 bytes in PaSE's conversion.
+        self.r = 8000.0 * machine.peak_tflops / machine.inter_gbps
+
+    def all_reduce(self, words: np.ndarray, procs: np.ndarray) -> np.ndarray:
+        procs = np.asarray(procs, dtype=np.float64)
+        return self.r * 2.0 * (procs - 1.0) * words / procs
+
+    # -- vertices --------------------------------------------------------------------------------
+
+    def vertex(self, op: Operator, configs: np.ndarray) -> VertexCosts:
+        """t_V of every configuration of ``op``, split into compute and communication."""
+        handler = getattr(self, f"_{op.op}", None)
+        k = configs.shape[0]
+        if op.op in LAYOUT_OPS or handler is None:
+            compute, comm = np.zeros(k), np.zeros(k)
+        else:
+            compute, comm = handler(op, configs.astype(np.float64))
+        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
+
+    def _gemm_parts(
+        self,
+        bb: np.ndarray,
+        m: np.ndarray,
+        n: np.ndarray,
+        k: np.ndarray,
+        cm: np.ndarray,
+        cn: np.ndarray,
+        ck: np.ndarray,
+        pw: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # One GEMM forward and two backward; each fused pointwise op costs a forward, a backward
+        # and a chain-rule product per output element. Reductions: the output over k splits,
+        # the input gradient over n splits, the weight gradient over m splits.
+        compute = 3.0 * m * n * k
+        if pw > 0:
+            compute = compute + 3.0 * pw * m * n
+        comm = self.all_reduce(m * n, ck) + self.all_reduce(m * k, cn) + self.all_reduce(n * k, cm)
+        return bb * compute, bb * comm
+
+    def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        a = op.attrs
+        return self._gemm_parts(
+            _prod(block, op, a["batch"]),
+            _prod(block, op, a["m"]),
+            _prod(block, op, a["n"]),
+            _prod(block, op, a["k"]),
+            _prod(cfg, op, a["m"]),
+            _prod(cfg, op, a["n"]),
+            _prod(cfg, op, a["k"]),
+            op.pointwise,
+        )
+
+    _conv = _gemm
+
+    def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # PaSE prices a stacked LSTM as one batched GEMM (batch: layers; m: seq x batch;
+        # n: 4 gates x units; k: [input, hidden] = 2 x units) with 3 fused pointwise ops, plus,
+        # per layer and time step, the words that re-lay the cell output (b, n) as the next
+        # cell's input (b, k).
+        a = op.attrs
+        block = per_device(op, cfg)
+        col = op.axis_index
+        bb = block[:, col(a["layer"])]
+        m = block[:, col(a["seq"])] * block[:, col(a["batch"])]
+        n = 4.0 * block[:, col(a["n"])]
+        k = 2.0 * block[:, col(a["k"])]
+        cm = cfg[:, col(a["seq"])] * cfg[:, col(a["batch"])]
+        compute, comm = self._gemm_parts(bb, m, n, k, cm, cfg[:, col(a["n"])], cfg[:, col(a["k"])], op.pointwise)
+        b_size = op.size_of(a["batch"])
+        out_splits = cfg[:, [col(a["batch"]), col(a["n"])]]
+        in_splits = cfg[:, [col(a["batch"]), col(a["k"])]]
+        b_block = b_size / cfg[:, col(a["batch"])]
+        out_tile = np.stack([b_block, op.size_of(a["n"]) / cfg[:, col(a["n"])]], axis=1)
+        in_tile = np.stack([b_block, op.size_of(a["k"]) / cfg[:, col(a["k"])]], axis=1)
+        p_out, p_in = out_splits.prod(axis=1), in_splits.prod(axis=1)
+        overlap = np.where(p_in > p_out, 0.0, np.minimum(out_tile, in_tile).prod(axis=1))
+        words = np.clip(in_tile.prod(axis=1) - overlap, 0.0, None)
+        steps = op.size_of(a["layer"]) * op.size_of(a["seq"])
+        return compute, comm + steps * self.r * words
+
+    def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        elems = per_device(op, cfg).prod(axis=1)
+        return (1.0 + op.pointwise) * elems, np.zeros(cfg.shape[0])
+
+    def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        compute = per_device(op, cfg).prod(axis=1)
+        # Halo ("ghost") exchange: a block split along h (w) needs r (s) extra rows (columns)
+        # of the input image.
+        r, s = op.attrs["window"]
+        image = op.inputs[0].use.shape
+        splits = cfg[:, [op.axis_index(a) for a in op.attrs["image"]]]
+        tile = np.asarray(image, dtype=np.float64) / splits
+        h = tile[:, 2] + np.where(splits[:, 2] > 1, r, 0)
+        w = tile[:, 3] + np.where(splits[:, 3] > 1, s, 0)
+        ghost = (h * w - tile[:, 2] * tile[:, 3]) * tile[:, 0] * tile[:, 1]
+        return compute, self.r * ghost
+
+    def _norm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        # Mean and variance: 2 reductions forward, 2 backward, of one word per other element.
+        comm = 4.0 * self.all_reduce(elems / block[:, ax], cfg[:, ax])
+        # Scale and bias: broadcast forward, gradient reduction backward.
+        others = np.delete(cfg, ax, axis=1).prod(axis=1)
+        comm = comm + 4.0 * self.all_reduce(block[:, ax], others)
+        return 16.0 * elems, comm
+
+    def _softmax(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        size = op.sizes[ax]
+        # Exponent (3) and sum (1) forward; the Jacobian product backward costs size per element.
+        compute = 4.0 * elems + elems * size
+        rows = elems / block[:, ax]
+        comm = self.all_reduce(rows, cfg[:, ax]) + self.all_reduce(rows * size, cfg[:, ax])
+        comm = comm + self.all_reduce(rows, cfg[:, ax])
+        return compute, comm
+
+    def _softmax_xent(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        block = per_device(op, cfg)
+        elems = block.prod(axis=1)
+        ax = op.axis_index(op.attrs["axis"])
+        rows = elems / block[:, ax]
+        compute = 4.0 * elems + 2.0 * rows
+        # Partial sums and the label broadcast along a split class axis: 2 words per row.
+        comm = np.where(cfg[:, ax] > 1, self.r * 2.0 * rows, 0.0)
+        return compute, comm
+
+    def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        elems = per_device(op, cfg).prod(axis=1)
+        procs = _prod(cfg, op, list(op.attrs["axes"]))
+        return np.zeros(cfg.shape[0]), self.all_reduce(elems, procs)
+
+    # -- edges -----------------------------------------------------------------------------------
+
+    def edge(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+    ) -> np.ndarray:
+        """t_E matrix (Ku x Kv): ``r * 2 * words`` each consumer device receives (forward, and the
+        gradient back)."""
+        src = layout(producer, produced, src_configs)
+        dst = layout(consumer, consumed, dst_configs)
+        return self.r * 2.0 * needed_words(produced.shape, src, dst)
+
+    def describe(self) -> str:
+        return f"pase: PaSE's cost model, units 'flops', r = {self.r:g} flops per word ({self.machine.name})"

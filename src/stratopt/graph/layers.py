@@ -1,0 +1,588 @@
+"""Layer builders: turn familiar layers into operators with iteration domains.
+
+:class:`GraphBuilder` records operators in the order they are built (a topological order) and
+returns :class:`TensorRef` handles to their outputs. The shapes, domains and layouts follow PaSE
+(``nn_ops.py``) so that the ``pase`` cost profile reproduces its optima; where PaSE is vague or
+odd, the method's docstring says what we do.
+
+Examples
+--------
+>>> g = GraphBuilder("mlp")
+>>> x = g.input((64, 512))
+>>> h = g.fc(x, 1024, pointwise=1)
+>>> y = g.softmax_xent(g.fc(h, 10))
+>>> graph = g.build()
+>>> [op.name for op in graph], len(graph.edges())
+(['fc1', 'fc2', 'softmax_xent1'], 2)
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph, Input, Operator, TensorUse, axes_groups
+
+__all__ = ["GraphBuilder", "TensorRef", "conv_output_size"]
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor handle: produced by operator ``source`` (output ``output``), or a graph input."""
+
+    shape: tuple[int, ...]
+    source: str | None = None
+    output: int = 0
+    param: bool = False
+
+    def __len__(self) -> int:
+        return len(self.shape)
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    a, b = v
+    return int(a), int(b)
+
+
+def conv_output_size(
+    h: int, w: int, r: int, s: int, stride: int | Sequence[int], pad: int | Sequence[int]
+) -> tuple[int, int]:
+    """Output height and width of a convolution or pooling window.
+
+    >>> conv_output_size(227, 227, 11, 11, 4, 0)
+    (55, 55)
+    """
+    sr, ss = _pair(stride)
+    pr, ps = _pair(pad)
+    return (h - r + 2 * pr) // sr + 1, (w - s + 2 * ps) // ss + 1
+
+
+class GraphBuilder:
+    """Builds a :class:`~stratopt.graph.Graph` layer by layer.
+
+    Every layer method takes input :class:`TensorRef` handles and returns the output handle
+    (methods with several outputs return a tuple). ``name`` defaults to the layer type and a
+    counter (``conv1``, ``conv2``, ...).
+    """
+
+    def __init__(self, name: str, *, source: str = "") -> None:
+        self.name = name
+        self.source = source
+        self._ops: list[Operator] = []
+        self._names: set[str] = set()
+        self._counts: dict[str, int] = {}
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def input(self, shape: Sequence[int], *, param: bool = False) -> TensorRef:
+        """A graph input (data, or a weight tensor with ``param=True``)."""
+        shape = tuple(int(s) for s in shape)
+        if not shape or any(s < 1 for s in shape):
+            raise ModelError(f"graph input shape {list(shape)}: sizes must be positive integers")
+        return TensorRef(shape, None, 0, param)
+
+    def _name(self, kind: str, name: str | None) -> str:
+        if name is None:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            name = f"{kind}{self._counts[kind]}"
+        if name in self._names:
+            raise ModelError(f"operator name {name!r} is used twice")
+        self._names.add(name)
+        return name
+
+    def _add(
+        self,
+        kind: str,
+        name: str | None,
+        op: str,
+        axes: Sequence[str],
+        sizes: Sequence[int],
+        inputs: Sequence[tuple[TensorRef, Sequence[Sequence[str]]]],
+        outputs: Sequence[tuple[Sequence[int], Sequence[Sequence[str]]]],
+        *,
+        locked: Sequence[str] = (),
+        pointwise: int = 0,
+        attrs: dict[str, Any] | None = None,
+        contiguous: bool = False,
+    ) -> tuple[TensorRef, ...]:
+        full = self._name(kind, name)
+        ins = tuple(
+            Input(t.source, TensorUse(t.shape, tuple(tuple(g) for g in dims)), t.output, t.param) for t, dims in inputs
+        )
+        outs = tuple(TensorUse(tuple(int(s) for s in shape), tuple(tuple(g) for g in dims)) for shape, dims in outputs)
+        operator = Operator(
+            full,
+            op,
+            tuple(axes),
+            tuple(int(s) for s in sizes),
+            ins,
+            outs,
+            frozenset(locked),
+            int(pointwise),
+            dict(attrs or {}),
+            contiguous,
+        )
+        operator.validate()
+        self._ops.append(operator)
+        return tuple(TensorRef(o.shape, full, i) for i, o in enumerate(outs))
+
+    def build(self) -> Graph:
+        """The graph built so far (validated)."""
+        return Graph(self.name, tuple(self._ops), self.source)
+
+    @staticmethod
+    def _axis(t: TensorRef, axis: int, what: str) -> int:
+        if not -len(t) <= axis < len(t):
+            raise ModelError(f"{what}: axis {axis} is out of range for a {len(t)}-d tensor")
+        return axis % len(t)
+
+    # -- compute layers --------------------------------------------------------------------------
+
+    def fc(self, x: TensorRef, units: int, *, pointwise: int = 0, name: str | None = None) -> TensorRef:
+        """Fully connected layer ``y = x W`` over the last dimension; leading dimensions fold into m."""
+        if len(x) < 2:
+            raise ModelError("fc: the input needs at least 2 dimensions (batch, features)")
+        lead = [f"b{i}" if i else "b" for i in range(len(x) - 1)]
+        axes = [*lead, "n", "k"]
+        sizes = [*x.shape[:-1], units, x.shape[-1]]
+        w = self.input((x.shape[-1], units), param=True)
+        return self._add(
+            "fc",
+            name,
+            "gemm",
+            axes,
+            sizes,
+            [(x, axes_groups([*lead, "k"])), (w, axes_groups(["k", "n"]))],
+            [((*x.shape[:-1], units), axes_groups([*lead, "n"]))],
+            pointwise=pointwise,
+            attrs={"batch": [], "m": lead, "n": ["n"], "k": ["k"]},
+        )[0]
+
+    def einsum(
+        self,
+        equation: str,
+        a: TensorRef,
+        b: TensorRef,
+        *,
+        pointwise: int = 0,
+        name: str | None = None,
+        pase_layout: bool = False,
+        kind: str = "einsum",
+    ) -> TensorRef:
+        """A two-operand einsum as a batched GEMM: shared kept letters are batch, shared dropped ones
+        are reduced, the rest are m (from ``a``) and n (from ``b``).
+
+        The domain is the output letters then the reduced ones. ``pase_layout=True`` reproduces how
+        PaSE indexes that domain: it looks axes up in order of first appearance in the operands,
+        not in domain order, so when the two orders differ the operands' dimensions and the
+        GEMM's m/n/k groups are tied to the wrong axes (a ``'ble,ef->blf'`` layer splits its
+        input's e by f's split count, and prices the fused pointwise ops on m x e). The model zoo
+        uses it for PaSE's own networks so that their optima match PaSE's.
+        """
+        where = f"einsum {equation!r}"
+        try:
+            lhs, out = equation.replace(" ", "").split("->")
+            in1, in2 = lhs.split(",")
+        except ValueError:
+            raise ModelError(f"{where}: expected 'ab,bc->ac' form") from None
+        for dims, t in ((in1, a), (in2, b)):
+            if len(dims) != len(t):
+                raise ModelError(f"{where}: {dims!r} has {len(dims)} letters but the tensor is {len(t)}-d")
+            if len(set(dims)) != len(dims) or not set(dims) <= set(string.ascii_letters):
+                raise ModelError(f"{where}: operand letters must be distinct ASCII letters")
+        sizes: dict[str, int] = {}
+        for dims, t in ((in1, a), (in2, b)):
+            for d, s in zip(dims, t.shape, strict=True):
+                if sizes.setdefault(d, s) != s:
+                    raise ModelError(f"{where}: letter {d!r} has sizes {sizes[d]} and {s}")
+        if len(set(out)) != len(out) or not set(out) <= set(sizes):
+            raise ModelError(f"{where}: output letters must be distinct and appear in an operand")
+        common = set(in1) & set(in2)
+        batch = [d for d in out if d in common]
+        reduced = [d for d in sizes if d in common and d not in out]
+        m = [d for d in in1 if d not in common]
+        n = [d for d in in2 if d not in common]
+        if any(d not in out for d in m + n):
+            raise ModelError(f"{where}: a letter of only one operand must appear in the output")
+        domain = list(out) + reduced
+        if pase_layout:
+            first_seen = list(sizes)
+            rename = {d: domain[first_seen.index(d)] for d in domain}
+        else:
+            rename = {d: d for d in domain}
+
+        def groups(letters: Sequence[str]) -> list[list[str]]:
+            return [[rename[d]] for d in letters]
+
+        return self._add(
+            kind,
+            name,
+            "gemm",
+            domain,
+            [sizes[d] for d in domain],
+            [(a, groups(in1)), (b, groups(in2))],
+            [(tuple(sizes[d] for d in out), groups(out))],
+            pointwise=pointwise,
+            attrs={
+                "batch": [rename[d] for d in batch],
+                "m": [rename[d] for d in m],
+                "n": [rename[d] for d in n],
+                "k": [rename[d] for d in reduced],
+                "equation": equation,
+            },
+        )[0]
+
+    def matmul(self, a: TensorRef, b: TensorRef, *, pointwise: int = 0, name: str | None = None) -> TensorRef:
+        """Batched matrix product over the last two dimensions (leading dimensions must match)."""
+        if len(a) != len(b) or len(a) < 2 or a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
+            raise ModelError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} do not multiply")
+        letters = string.ascii_lowercase[: len(a) + 1]
+        lead, mm, nn, kk = letters[:-3], letters[-3], letters[-2], letters[-1]
+        eq = f"{lead}{mm}{kk},{lead}{kk}{nn}->{lead}{mm}{nn}"
+        return self.einsum(eq, a, b, pointwise=pointwise, name=name, kind="matmul")
+
+    def embedding(
+        self, ids: TensorRef, vocab: int, dim: int, *, name: str | None = None, pase_layout: bool = False
+    ) -> TensorRef:
+        """Embedding lookup, priced as PaSE does: a one-hot ``(..., vocab)`` input times a
+        ``(vocab, dim)`` table (so splitting the vocabulary costs a reduction)."""
+        if ids.source is not None:
+            raise ModelError("embedding: the ids must be a graph input")
+        onehot = self.input((*ids.shape, vocab))
+        table = self.input((vocab, dim), param=True)
+        letters = string.ascii_lowercase[: len(ids) + 2]
+        eq = f"{letters[:-1]},{letters[-2:]}->{letters[:-2]}{letters[-1]}"
+        return self.einsum(eq, onehot, table, name=name, pase_layout=pase_layout, kind="embedding")
+
+    def conv(
+        self,
+        x: TensorRef,
+        filters: Sequence[int],
+        *,
+        stride: int | Sequence[int] = 1,
+        pad: int | Sequence[int] = 0,
+        pointwise: int = 0,
+        name: str | None = None,
+    ) -> TensorRef:
+        """2-D convolution ``(b, c, h, w) * (n, c, r, s)``, an im2col GEMM with m = b h w,
+        n = n, k = c r s. Spatial axes are locked (as PaSE: no halo exchange for convolutions)."""
+        if len(x) != 4 or len(filters) != 4:
+            raise ModelError("conv: expected a (b, c, h, w) image and (n, c, r, s) filters")
+        bb, c, h, w = x.shape
+        nf, cf, r, s = (int(v) for v in filters)
+        if cf != c:
+            raise ModelError(f"conv: the image has {c} channels but the filters expect {cf}")
+        ho, wo = conv_output_size(h, w, r, s, stride, pad)
+        if ho < 1 or wo < 1:
+            raise ModelError(f"conv: a {r}x{s} filter does not fit a {h}x{w} image")
+        weights = self.input((nf, c, r, s), param=True)
+        return self._add(
+            "conv",
+            name,
+            "conv",
+            ["b", "c", "h", "w", "r", "s", "n"],
+            [bb, c, ho, wo, r, s, nf],
+            [(x, axes_groups("bchw")), (weights, axes_groups("ncrs"))],
+            [((bb, nf, ho, wo), axes_groups("bnhw"))],
+            locked=["h", "w"],
+            pointwise=pointwise,
+            attrs={"batch": [], "m": ["b", "h", "w"], "n": ["n"], "k": ["c", "r", "s"]},
+        )[0]
+
+    def lstm(self, x: TensorRef, units: int, layers: int = 1, *, name: str | None = None) -> TensorRef:
+        """A stack of ``layers`` LSTM layers over a ``(batch, seq, units)`` input, as PaSE models it:
+        domain (layer, seq, b, n, k) with the 4 gates along n and [x, h] along k; the sequence
+        axis is locked, splitting layers is wavefront (pipeline) parallelism."""
+        if len(x) != 3 or x.shape[-1] != units:
+            raise ModelError(f"lstm: expected a (batch, seq, {units}) input, got {list(x.shape)}")
+        bb, seq, _ = x.shape
+        weights = self.input((layers, 2 * units, 4 * units), param=True)
+        return self._add(
+            "lstm",
+            name,
+            "lstm",
+            ["layer", "seq", "b", "n", "k"],
+            [layers, seq, bb, units, units],
+            [(x, axes_groups(["b", "seq", "k"])), (weights, [["layer"], ["k"], ["n"]])],
+            [((bb, seq, units), axes_groups(["b", "seq", "n"]))],
+            locked=["seq"],
+            pointwise=3,
+            attrs={"layer": "layer", "seq": "seq", "batch": "b", "n": "n", "k": "k"},
+        )[0]
+
+    def pooling(
+        self,
+        x: TensorRef,
+        window: Sequence[int],
+        *,
+        stride: int | Sequence[int] = 1,
+        pad: int | Sequence[int] = 0,
+        name: str | None = None,
+    ) -> TensorRef:
+        """Max or average pooling over ``(b, c, h, w)``; splitting h or w exchanges halos."""
+        if len(x) != 4:
+            raise ModelError("pooling: expected a (b, c, h, w) image")
+        r, s = _pair(window)
+        bb, c, h, w = x.shape
+        ho, wo = conv_output_size(h, w, r, s, stride, pad)
+        if ho < 1 or wo < 1:
+            raise ModelError(f"pooling: a {r}x{s} window does not fit a {h}x{w} image")
+        return self._add(
+            "pool",
+            name,
+            "pool",
+            ["b", "c", "h", "w"],
+            [bb, c, ho, wo],
+            [(x, axes_groups("bchw"))],
+            [((bb, c, ho, wo), axes_groups("bchw"))],
+            attrs={"window": [r, s], "image": ["b", "c", "h", "w"]},
+        )[0]
+
+    def elementwise(self, a: TensorRef, b: TensorRef, *, pointwise: int = 0, name: str | None = None) -> TensorRef:
+        """A binary pointwise operation (add, multiply) on two same-shaped tensors."""
+        if a.shape != b.shape:
+            raise ModelError(f"elementwise: shapes {list(a.shape)} and {list(b.shape)} differ")
+        axes = [f"d{i}" for i in range(len(a))]
+        return self._add(
+            "add",
+            name,
+            "elementwise",
+            axes,
+            a.shape,
+            [(a, axes_groups(axes)), (b, axes_groups(axes))],
+            [(a.shape, axes_groups(axes))],
+            pointwise=pointwise,
+        )[0]
+
+    def norm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm") -> TensorRef:
+        """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer norm."""
+        if len(x) < 2:
+            raise ModelError("norm: the input needs at least 2 dimensions")
+        ax = self._axis(x, axis, "norm")
+        axes = [f"d{i}" for i in range(len(x))]
+        params = self.input((2, x.shape[ax]), param=True)
+        return self._add(
+            kind,
+            name,
+            "norm",
+            axes,
+            x.shape,
+            [(x, axes_groups(axes)), (params, [[], [axes[ax]]])],
+            [(x.shape, axes_groups(axes))],
+            attrs={"axis": axes[ax]},
+        )[0]
+
+    def batchnorm(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
+        """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``)."""
+        return self.norm(x, 0, name=name, kind="batchnorm")
+
+    def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
+        """Layer normalisation over ``axis`` (default: the last)."""
+        return self.norm(x, axis, name=name, kind="layernorm")
+
+    def softmax(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
+        """Softmax along ``axis``."""
+        ax = self._axis(x, axis, "softmax")
+        axes = [f"d{i}" for i in range(len(x))]
+        return self._add(
+            "softmax",
+            name,
+            "softmax",
+            axes,
+            x.shape,
+            [(x, axes_groups(axes))],
+            [(x.shape, axes_groups(axes))],
+            attrs={"axis": axes[ax]},
+        )[0]
+
+    def softmax_xent(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
+        """Softmax over the last axis followed by the cross-entropy loss."""
+        if len(x) < 2:
+            raise ModelError("softmax_xent: the input needs at least 2 dimensions (batch, classes)")
+        axes = [f"d{i}" for i in range(len(x))]
+        return self._add(
+            "softmax_xent",
+            name,
+            "softmax_xent",
+            axes,
+            x.shape,
+            [(x, axes_groups(axes))],
+            [(x.shape, axes_groups(axes))],
+            attrs={"axis": axes[-1]},
+        )[0]
+
+    def reduce_mean(
+        self, x: TensorRef, axes: Sequence[int] | None = None, *, keepdims: bool = False, name: str | None = None
+    ) -> TensorRef:
+        """Mean over ``axes`` (default: all)."""
+        names = [f"d{i}" for i in range(len(x))]
+        reduced = sorted({self._axis(x, a, "reduce_mean") for a in (range(len(x)) if axes is None else axes)})
+        out_shape: list[int] = []
+        out_dims: list[list[str]] = []
+        for i, size in enumerate(x.shape):
+            if i not in reduced:
+                out_shape.append(size)
+                out_dims.append([names[i]])
+            elif keepdims:
+                out_shape.append(1)
+                out_dims.append([])
+        if not out_shape:
+            out_shape, out_dims = [1], [[]]
+        return self._add(
+            "reduce_mean",
+            name,
+            "reduce_mean",
+            names,
+            x.shape,
+            [(x, axes_groups(names))],
+            [(out_shape, out_dims)],
+            attrs={"axes": [names[i] for i in reduced]},
+        )[0]
+
+    # -- layout layers (no computation) ------------------------------------------------------------
+
+    def concat(self, xs: Sequence[TensorRef], axis: int, *, name: str | None = None) -> TensorRef:
+        """Concatenate along ``axis`` (which is never split)."""
+        if len(xs) < 2:
+            raise ModelError("concat: needs at least two tensors")
+        first = xs[0]
+        ax = self._axis(first, axis, "concat")
+        for t in xs[1:]:
+            if len(t) != len(first) or any(t.shape[i] != first.shape[i] for i in range(len(first)) if i != ax):
+                raise ModelError(f"concat: shapes {list(first.shape)} and {list(t.shape)} differ off axis {axis}")
+        names = [f"d{i}" for i in range(len(first))]
+        out = list(first.shape)
+        out[ax] = sum(t.shape[ax] for t in xs)
+        sizes = list(first.shape)
+        sizes[ax] = out[ax]
+        return self._add(
+            "concat",
+            name,
+            "concat",
+            names,
+            sizes,
+            [(t, axes_groups(names)) for t in xs],
+            [(out, axes_groups(names))],
+            locked=[names[ax]],
+            attrs={"axis": names[ax]},
+        )[0]
+
+    def split(self, x: TensorRef, parts: int, axis: int, *, name: str | None = None) -> tuple[TensorRef, ...]:
+        """Split into ``parts`` equal pieces along ``axis`` (which is never split over devices)."""
+        ax = self._axis(x, axis, "split")
+        if parts < 1 or x.shape[ax] % parts:
+            raise ModelError(f"split: axis {axis} of size {x.shape[ax]} does not divide into {parts} parts")
+        names = [f"d{i}" for i in range(len(x))]
+        piece = list(x.shape)
+        piece[ax] //= parts
+        return self._add(
+            "split",
+            name,
+            "split",
+            names,
+            x.shape,
+            [(x, axes_groups(names))],
+            [(piece, axes_groups(names))] * parts,
+            locked=[names[ax]],
+            attrs={"axis": names[ax]},
+        )
+
+    def stack(self, xs: Sequence[TensorRef], axis: int = 0, *, name: str | None = None) -> TensorRef:
+        """Stack same-shaped tensors along a new axis (which is never split)."""
+        first = xs[0]
+        if any(t.shape != first.shape for t in xs):
+            raise ModelError("stack: all tensors must have the same shape")
+        ax = axis % (len(first) + 1)
+        names = [f"d{i}" for i in range(len(first))]
+        axes = [*names[:ax], "s", *names[ax:]]
+        sizes = [*first.shape[:ax], len(xs), *first.shape[ax:]]
+        return self._add(
+            "stack",
+            name,
+            "stack",
+            axes,
+            sizes,
+            [(t, axes_groups(names)) for t in xs],
+            [(sizes, axes_groups(axes))],
+            locked=["s"],
+            attrs={"axis": "s"},
+        )[0]
+
+    def unstack(self, x: TensorRef, axis: int = 0, *, name: str | None = None) -> tuple[TensorRef, ...]:
+        """Split along ``axis`` into its slices, dropping the axis."""
+        ax = self._axis(x, axis, "unstack")
+        names = [f"d{i}" for i in range(len(x))]
+        kept = [a for i, a in enumerate(names) if i != ax]
+        piece = [s for i, s in enumerate(x.shape) if i != ax]
+        return self._add(
+            "unstack",
+            name,
+            "unstack",
+            names,
+            x.shape,
+            [(x, axes_groups(names))],
+            [(piece, axes_groups(kept))] * x.shape[ax],
+            locked=[names[ax]],
+            attrs={"axis": names[ax]},
+        )
+
+    def transpose(self, x: TensorRef, perm: Sequence[int], *, name: str | None = None) -> TensorRef:
+        """Permute dimensions (the output's dimension i is the input's ``perm[i]``)."""
+        if sorted(perm) != list(range(len(x))):
+            raise ModelError(f"transpose: {list(perm)} is not a permutation of {len(x)} dimensions")
+        names = [f"d{i}" for i in range(len(x))]
+        return self._add(
+            "transpose",
+            name,
+            "transpose",
+            names,
+            x.shape,
+            [(x, axes_groups(names))],
+            [([x.shape[p] for p in perm], [[names[p]] for p in perm])],
+            attrs={"perm": list(perm)},
+        )[0]
+
+    def reshape(self, x: TensorRef, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
+        """Reshape, as PaSE does it: flatten (``<name>.ravel``) then unflatten (``<name>.unravel``),
+        each allowing only contiguous splits, so that no data moves inside either."""
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) != math.prod(x.shape):
+            raise ModelError(f"reshape: cannot reshape {list(x.shape)} into {list(shape)}")
+        base = self._name("reshape", name)
+        flat = (math.prod(x.shape),)
+        names = [f"d{i}" for i in range(len(x))]
+        (mid,) = self._add(
+            "ravel",
+            f"{base}.ravel",
+            "reshape",
+            names,
+            x.shape,
+            [(x, axes_groups(names))],
+            [(flat, [names])],
+            contiguous=True,
+        )
+        out_names = [f"d{i}" for i in range(len(shape))]
+        return self._add(
+            "unravel",
+            f"{base}.unravel",
+            "reshape",
+            out_names,
+            shape,
+            [(mid, [out_names])],
+            [(shape, axes_groups(out_names))],
+            contiguous=True,
+        )[0]
+
+    def variable(self, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
+        """A weight tensor as its own vertex (PaSE's ``Variable``), so several layers can share it."""
+        w = self.input(shape, param=True)
+        names = [f"d{i}" for i in range(len(w))]
+        return self._add(
+            "variable", name, "variable", names, w.shape, [(w, axes_groups(names))], [(w.shape, axes_groups(names))]
+        )[0]

@@ -1,0 +1,164 @@
+"""Machines: devices, their links, and alpha-beta collective costs.
+
+A :class:`Machine` is a homogeneous cluster: nodes of ``devices_per_node`` devices joined by a
+fast intra-node fabric (NVLink), nodes joined by a slower network (InfiniBand). A collective over
+a group of devices runs on the intra-node fabric when the group fits in one node and is bound by
+the inter-node network otherwise (the placement of groups on nodes is assumed compact: a group of
+g <= devices_per_node devices sits in one node).
+
+Collective times use the alpha-beta model of ring algorithms (Thakur, Rabenseifner and Gropp,
+"Optimization of collective communication operations in MPICH", IJHPCA 2005): for g devices, n
+bytes, link bandwidth B and per-message latency a,
+all-reduce 2(g-1)/g * n/B + 2(g-1) a; all-gather and reduce-scatter (g-1)/g * n/B + (g-1) a;
+all-to-all (g-1)/g * n/B + (g-1) a.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from stratopt.errors import ModelError
+
+__all__ = ["MACHINES", "Machine", "get_machine"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A cluster of identical devices.
+
+    Parameters
+    ----------
+    name, description
+        Preset name and where its numbers come from.
+    peak_tflops
+        Dense peak of one device in TFLOP/s (for the training dtype).
+    memory_gb
+        Memory per device in GB (1e9 bytes).
+    hbm_gbps
+        Device memory bandwidth in GB/s (memory-bound operators).
+    devices_per_node
+        Devices sharing the intra-node fabric.
+    intra_gbps, inter_gbps
+        Per-device, per-direction bandwidth inside a node and between nodes, in GB/s.
+    intra_latency_us, inter_latency_us
+        Per-message latency in microseconds.
+    efficiency
+        Fraction of peak that dense matrix products reach (the ``default`` profile's assumption).
+    """
+
+    name: str
+    peak_tflops: float
+    memory_gb: float
+    hbm_gbps: float
+    devices_per_node: int
+    intra_gbps: float
+    inter_gbps: float
+    intra_latency_us: float = 0.0
+    inter_latency_us: float = 0.0
+    efficiency: float = 1.0
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("peak_tflops", "memory_gb", "hbm_gbps", "intra_gbps", "inter_gbps", "efficiency"):
+            value = getattr(self, field)
+            if not value > 0:
+                raise ModelError(f"machine {self.name!r}: {field} must be positive, got {value!r}")
+        if self.devices_per_node < 1:
+            raise ModelError(f"machine {self.name!r}: devices_per_node must be at least 1")
+        if self.intra_latency_us < 0 or self.inter_latency_us < 0:
+            raise ModelError(f"machine {self.name!r}: latencies must not be negative")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    # -- links -----------------------------------------------------------------------------------
+
+    def link(self, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes per second, latency in seconds) of the links a group of ``group`` devices uses."""
+        intra = np.asarray(group) <= self.devices_per_node
+        bw = np.where(intra, self.intra_gbps, self.inter_gbps) * 1e9
+        lat = np.where(intra, self.intra_latency_us, self.inter_latency_us) * 1e-6
+        return bw, lat
+
+    def all_reduce(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Seconds for a ring all-reduce of ``nbytes`` over ``group`` devices (0 for one device).
+
+        >>> m = get_machine("pase")
+        >>> float(m.all_reduce(np.array(8e9), np.array(4)))  # 2 * 3/4 * 8 GB at 16 GB/s
+        0.75
+        """
+        group = np.asarray(group, dtype=np.float64)
+        bw, lat = self.link(group)
+        steps = np.maximum(group - 1.0, 0.0)
+        return np.where(group > 1, 2.0 * steps / group * nbytes / bw + 2.0 * steps * lat, 0.0)
+
+    def all_gather(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Seconds for a ring all-gather (or reduce-scatter) whose result is ``nbytes``."""
+        group = np.asarray(group, dtype=np.float64)
+        bw, lat = self.link(group)
+        steps = np.maximum(group - 1.0, 0.0)
+        return np.where(group > 1, steps / group * nbytes / bw + steps * lat, 0.0)
+
+    def all_to_all(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Seconds for an all-to-all where every device holds ``nbytes`` in all."""
+        return self.all_gather(nbytes, group)
+
+    def transfer(self, nbytes: np.ndarray, group: np.ndarray, messages: int = 1) -> np.ndarray:
+        """Seconds to move ``nbytes`` per device between layouts spread over ``group`` devices."""
+        bw, lat = self.link(group)
+        return np.where(np.asarray(nbytes) > 0, nbytes / bw + messages * lat, 0.0)
+
+
+#: Preset machines. Sources: PaSE's defaults (Elango, IPDPS 2021, and its scheduler.py:
+#: 10 TFLOPS, 16 GB/s); NVIDIA A100 and H100 datasheets and DGX A100 / DGX H100 user guides
+#: (dense BF16 peak, HBM bandwidth, NVLink per-direction bandwidth = half the quoted
+#: bidirectional figure, one 200 Gb/s HDR or 400 Gb/s NDR InfiniBand port per GPU). Latencies
+#: and the 60% GEMM efficiency are our assumptions, typical of NCCL and cuBLAS measurements.
+MACHINES: dict[str, Machine] = {
+    "pase": Machine(
+        "pase",
+        peak_tflops=10.0,
+        memory_gb=16.0,
+        hbm_gbps=900.0,
+        devices_per_node=1 << 20,
+        intra_gbps=16.0,
+        inter_gbps=16.0,
+        description="PaSE's defaults: 10 TFLOPS, 16 GB/s everywhere, no latency",
+    ),
+    "a100": Machine(
+        "a100",
+        peak_tflops=312.0,
+        memory_gb=80.0,
+        hbm_gbps=2039.0,
+        devices_per_node=8,
+        intra_gbps=300.0,
+        inter_gbps=25.0,
+        intra_latency_us=3.0,
+        inter_latency_us=8.0,
+        efficiency=0.6,
+        description="DGX A100 nodes: 8x A100-SXM4-80GB, BF16 312 TFLOPS, NVLink3 300 GB/s, HDR IB 25 GB/s per GPU",
+    ),
+    "h100": Machine(
+        "h100",
+        peak_tflops=989.0,
+        memory_gb=80.0,
+        hbm_gbps=3350.0,
+        devices_per_node=8,
+        intra_gbps=450.0,
+        inter_gbps=50.0,
+        intra_latency_us=3.0,
+        inter_latency_us=8.0,
+        efficiency=0.6,
+        description="DGX H100 nodes: 8x H100-SXM5-80GB, BF16 989 TFLOPS, NVLink4 450 GB/s, NDR IB 50 GB/s per GPU",
+    ),
+}
+
+
+def get_machine(name: str) -> Machine:
+    """A preset machine by name; :class:`ModelError` lists the presets otherwise."""
+    try:
+        return MACHINES[name]
+    except KeyError:
+        raise ModelError(f"unknown machine {name!r}; presets: {', '.join(MACHINES)}") from None
