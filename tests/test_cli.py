@@ -157,3 +157,53 @@ def test_iopddl_instances_feasible(name):
     assert proc.returncode == 0 and assignment, proc.stderr[-2000:]
     ev = evaluate(read_iopddl(path), assignment)
     assert ev.feasible, ev.violation
+
+
+def test_solve_network_pase_profile(capsys):
+    """`solve alexnet --procs 4 --profile pase` reproduces PaSE's optimum and names configurations."""
+    code, out, err = run(capsys, "solve", "alexnet", "--procs", "4", "--profile", "pase", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["status"] == "optimal"
+    assert abs(data["objective"] - 148215719552) <= 1e-9 * 148215719552
+    assert data["graph"]["procs"] == 4 and data["graph"]["units"] == "flops"
+    assert len(data["graph"]["configs"]) == 14 and data["graph"]["names"][0] == "conv1"
+    assert "alexnet: 14 operators, 13 edges, p = 4, profile pase" in err
+
+
+def test_solve_explain_default_profile(capsys):
+    """--explain prints a per-operator table of compute, communication and memory."""
+    code, out, _ = run(capsys, "solve", "gpt", "--procs", "8", "--machine", "h100", "--explain")
+    assert code == 0
+    assert "per-operator costs (us" in out and "lm_head1" in out and "memory MiB" in out
+    code, out, _ = run(capsys, "solve", "gpt", "--procs", "8", "--explain", "--json")
+    data = json.loads(out)
+    assert sum(r["total"] for r in data["explain"]) == pytest.approx(data["objective"], rel=1e-9)
+
+
+def test_models_lists_networks(capsys):
+    """`stratopt models` lists every network with its vertex and edge counts."""
+    code, out, _ = run(capsys, "models", "--json")
+    data = json.loads(out)
+    names = {m["name"]: m for m in data["networks"]}
+    assert code == 0
+    assert {"alexnet", "inception3", "rnnlm", "transformer", "resnet101", "gpt", "resnet50", "vgg19"} <= set(names)
+    assert (names["alexnet"]["operators"], names["alexnet"]["edges"]) == (14, 13)
+
+
+def test_graph_bad_input_exits_2(tmp_path, capsys):
+    """p = 0, a malformed graph file and graph options on a problem file: exit 2, one line."""
+    code, out, err = run(capsys, "solve", "alexnet", "--procs", "0")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "positive integer" in err
+    from stratopt.graph.io import graph_to_dict
+    from stratopt.graph.zoo import ZOO
+
+    data = graph_to_dict(ZOO["alexnet"].build())
+    data["operators"][1]["inputs"][0]["shape"] = [128, 96, 55, 54]
+    (tmp_path / "g.json").write_text(json.dumps(data))
+    code, out, err = run(capsys, "solve", str(tmp_path / "g.json"), "--procs", "4")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "operator 'pool1': input 0 expects shape [128, 96, 55, 54]" in err
+    code, _, err = run(capsys, "solve", "example", "--procs", "4")
+    assert code == 2 and "--procs apply to operator graphs" in err
+    code, _, err = run(capsys, "solve", "alexnet", "--machine", "tpu")
+    assert code == 2 and "unknown machine 'tpu'" in err

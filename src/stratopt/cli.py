@@ -16,7 +16,8 @@ from typing import Any, NoReturn
 
 from stratopt import __version__
 from stratopt.errors import ModelError, StratoptError
-from stratopt.instances import BUILTIN, load_problem
+from stratopt.graph.ir import Graph
+from stratopt.instances import BUILTIN, list_models, load_instance, load_problem
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers import registry, solve, solve_auto
 from stratopt.solvers.base import Result, Status
@@ -61,8 +62,58 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_gb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GB, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GB, got {text!r}")
+    return value
+
+
+_GRAPH_OPTIONS = ("procs", "profile", "machine", "memory")
+
+
+def _load(args: argparse.Namespace) -> tuple[StrategyProblem, Any]:
+    """The problem to solve and, for an operator graph, its :class:`~stratopt.cost.Costing`."""
+    loaded = load_instance(args.instance)
+    if isinstance(loaded, StrategyProblem):
+        given = [f"--{opt}" for opt in _GRAPH_OPTIONS if getattr(args, opt, None) is not None]
+        if given:
+            raise ModelError(f"{args.instance}: {', '.join(given)} apply to operator graphs, not to a problem file")
+        if getattr(args, "explain", False):
+            raise ModelError(f"{args.instance}: --explain applies to operator graphs, not to a problem file")
+        return loaded, None
+    from stratopt.cost import build
+
+    assert isinstance(loaded, Graph)
+    profile = args.profile or "default"
+    machine = args.machine or ("pase" if profile == "pase" else "h100")
+    procs = args.procs or 8
+    start = time.perf_counter()
+    costing = build(loaded, procs, profile=profile, machine=machine, memory_gb=args.memory)
+    p = costing.problem
+    _stderr(
+        f"{loaded.name}: {p.num_vertices} operators, {p.num_edges} edges, p = {procs}, profile {profile} "
+        f"on {machine}; {costing.stats['choices_min']}-{costing.stats['choices_max']} configurations per operator "
+        f"({costing.stats['choices_total']} in all), priced in {time.perf_counter() - start:.2f} s"
+    )
+    return p, costing
+
+
 def _solve_cmd(args: argparse.Namespace) -> int:
-    problem = load_problem(args.instance)
+    problem, costing = _load(args)
     if args.solver != "auto" and args.solver not in registry.names():
         raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
     # Progress (and why 'auto' moved past the DP) goes to stderr as it happens.
@@ -73,10 +124,30 @@ def _solve_cmd(args: argparse.Namespace) -> int:
         result = solve(problem, "greedy", time_limit=args.time_limit, seed=args.seed, progress=_stderr)
     else:
         result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
+    explain = None
+    if costing is not None and args.explain and result.assignment is not None:
+        explain = costing.explain(result.assignment)
     if args.json:
-        _emit_json(result.to_dict(args.instance))
+        out = result.to_dict(args.instance)
+        if costing is not None:
+            out["graph"] = {
+                "procs": costing.policy.procs,
+                "profile": costing.profile.name,
+                "machine": costing.profile.machine.name,
+                "units": costing.units,
+                "memory_gb": costing.memory_limit,
+                "names": list(problem.names or ()),
+                "configs": [problem.labels[v][c] for v, c in enumerate(result.assignment)]
+                if result.assignment is not None and problem.labels is not None
+                else None,
+            }
+        if explain is not None:
+            out["explain"] = explain
+        _emit_json(out)
     else:
         _print_result(problem, result, args.instance)
+        if explain is not None and costing is not None:
+            _print_explain(explain, costing.units)
     return _OK if result.status in (Status.OPTIMAL, Status.FEASIBLE) else _NO_SOLUTION
 
 
@@ -98,6 +169,65 @@ def _print_result(problem: StrategyProblem, result: Result, instance: str) -> No
     if "error" in result.stats:
         table.add_row("error", str(result.stats["error"]))
     Console(soft_wrap=True).print(table)
+
+
+def _print_explain(rows: list[dict[str, Any]], units: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def num(x: float) -> str:
+        return "0" if x == 0 else f"{x:.4g}"
+
+    table = Table(title=f"per-operator costs ({units}; edge costs charged to the consumer; memory per device)")
+    for col in ("operator", "op", "config", "compute", "comm", "edges in", "total", "memory MiB"):
+        table.add_column(col, justify="left" if col in ("operator", "op", "config") else "right")
+    totals = [0.0, 0.0, 0.0, 0.0, 0.0]
+    for r in rows:
+        table.add_row(
+            r["operator"],
+            r["op"],
+            r["config"],
+            num(r["compute"]),
+            num(r["comm"]),
+            num(r["edges_in"]),
+            num(r["total"]),
+            f"{r['memory_bytes'] / 2**20:.1f}",
+        )
+        for i, key in enumerate(("compute", "comm", "edges_in", "total", "memory_bytes")):
+            totals[i] += r[key]
+    table.add_section()
+    table.add_row("all", "", "", *(num(t) for t in totals[:4]), f"{totals[4] / 2**20:.1f}")
+    # Piped output gets a width that fits the table instead of rich's 80-column default.
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def _models_cmd(args: argparse.Namespace) -> int:
+    models = list_models()
+    if args.json:
+        _emit_json(
+            {
+                "networks": [{"name": n, **h} for n, h in models],
+                "problems": [{"name": n, "description": d} for n, (_, d) in sorted(BUILTIN.items())],
+            }
+        )
+        return _OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="networks (operator graphs; solve with --procs P --profile pase|default)")
+    for col in ("name", "vertices", "edges", "source"):
+        table.add_column(col, justify="right" if col in ("vertices", "edges") else "left")
+    for name, head in models:
+        table.add_row(name, str(head["operators"]), str(head["edges"]), str(head["source"]))
+    console = Console(soft_wrap=True)
+    console.print(table)
+    problems = Table(title="built-in problems")
+    problems.add_column("name")
+    problems.add_column("description")
+    for name, (_, desc) in sorted(BUILTIN.items()):
+        problems.add_row(name, desc)
+    console.print(problems)
+    return _OK
 
 
 def _parse_assignment(text: str) -> list[int]:
@@ -133,7 +263,7 @@ def _parse_assignment(text: str) -> list[int]:
 
 
 def _evaluate_cmd(args: argparse.Namespace) -> int:
-    problem = load_problem(args.instance)
+    problem, _ = _load(args)
     ev = evaluate(problem, _parse_assignment(args.assignment))
     if args.json:
         _emit_json(
@@ -189,7 +319,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"stratopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    instance_help = f"a built-in name ({', '.join(sorted(BUILTIN))}) or a problem file (IOPDDL JSON, .gz allowed)"
+    instance_help = (
+        f"a built-in problem ({', '.join(sorted(BUILTIN))}), a network from 'stratopt models', "
+        "or a file (IOPDDL problem or stratopt-graph JSON, .gz allowed)"
+    )
+
+    def graph_options(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("operator graphs (networks and stratopt-graph files)")
+        g.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices to split over (default 8)")
+        g.add_argument(
+            "--profile",
+            choices=("pase", "default"),
+            help="cost profile: 'default' (microseconds on a real machine; the default) or 'pase' (PaSE's units)",
+        )
+        g.add_argument(
+            "--machine",
+            metavar="NAME",
+            help="machine preset: pase, a100, h100 (default: pase for --profile pase, else h100)",
+        )
+        g.add_argument(
+            "--memory",
+            type=_positive_gb,
+            metavar="GB",
+            help="per-device memory limit in GB (adds the usage constraint)",
+        )
+
+    p = sub.add_parser(
+        "models",
+        help="list the networks in models/ and the built-in problems",
+        description="List the networks (operator graphs in models/) with their vertex and edge counts, "
+        "and the built-in problems.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_models_cmd)
 
     p = sub.add_parser(
         "solve",
@@ -207,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", "-t", type=_positive_float, metavar="SEC", help="seconds the solver may use")
     p.add_argument("--seed", type=int, help="seed for randomised solvers")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument(
+        "--explain", action="store_true", help="per operator: configuration, compute, communication and memory"
+    )
+    graph_options(p)
     p.set_defaults(func=_solve_cmd)
 
     p = sub.add_parser(
@@ -224,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="choice index per vertex: '[0,1,2]', '0,1,2', or a file with a JSON list or a 'solve --json' object",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    graph_options(p)
     p.set_defaults(func=_evaluate_cmd)
 
     p = sub.add_parser(

@@ -1,15 +1,22 @@
-"""Resolve an INSTANCE argument: a built-in name or a path, its format detected by content."""
+"""Resolve an INSTANCE argument: a built-in problem, a network in ``models/``, or a path.
+
+Files are detected by content: an object with a ``problem`` field is an IOPDDL problem; one with
+``"format": "stratopt-graph"`` is an operator graph (priced by :func:`stratopt.cost.build`).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
 
 from stratopt.errors import ModelError
+from stratopt.graph.io import graph_from_dict, is_graph_dict
+from stratopt.graph.ir import Graph
 from stratopt.problem import StrategyProblem, _read_json, from_iopddl_dict
 
-__all__ = ["BUILTIN", "load_problem"]
+__all__ = ["BUILTIN", "list_models", "load_instance", "load_problem", "models_dir"]
 
 #: Built-in instances shipped inside the package: name -> (file, one-line description).
 BUILTIN: dict[str, tuple[str, str]] = {
@@ -21,23 +28,90 @@ def _builtin_path(name: str) -> Path:
     return Path(str(resources.files("stratopt.data").joinpath(BUILTIN[name][0])))
 
 
-def load_problem(instance: str | os.PathLike[str]) -> StrategyProblem:
-    """Load a StrategyProblem from a built-in name or a file path.
+def models_dir() -> Path:
+    """Where the networks live: ``$STRATOPT_MODELS``, the installed package's copy, or the
+    source tree's ``models/``."""
+    env = os.environ.get("STRATOPT_MODELS")
+    if env:
+        return Path(env)
+    packaged = Path(str(resources.files("stratopt"))) / "models"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "models"
 
-    Files may be plain or gzip-compressed JSON; an object with a ``problem`` field is read as
-    IOPDDL. Raises :class:`~stratopt.errors.ModelError` naming the path on any problem.
+
+def list_models() -> list[tuple[str, dict[str, object]]]:
+    """``(name, header)`` per network file in :func:`models_dir`, sorted by name; the header
+    holds the graph's name, source and operator and edge counts."""
+    found = []
+    directory = models_dir()
+    if not directory.is_dir():
+        return []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelError(f"{path}: not readable JSON ({exc})") from None
+        if not is_graph_dict(data):
+            continue
+        ops = data.get("operators", [])
+        edges = sum(1 for op in ops for t in op.get("inputs", []) if t.get("from") is not None)
+        found.append(
+            (path.name.removesuffix(".json"), {"source": data.get("source", ""), "operators": len(ops), "edges": edges})
+        )
+    return found
+
+
+def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
+    text = os.fspath(instance)
+    if text in BUILTIN:
+        return text, _builtin_path(text)
+    path = Path(text)
+    if path.exists():
+        return text, path
+    model = models_dir() / f"{text}.json"
+    if "/" not in text and model.exists():
+        return text, model
+    builtin = ", ".join(sorted(BUILTIN))
+    networks = ", ".join(name for name, _ in list_models()) or "none found"
+    raise ModelError(f"{text}: no such file, built-in instance ({builtin}) or network ({networks})")
+
+
+def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph:
+    """A StrategyProblem (IOPDDL file or built-in) or an operator :class:`Graph` (network name
+    or graph file). Raises :class:`ModelError` naming the path on any problem.
+
+    Examples
+    --------
+    >>> type(load_instance("example")).__name__
+    'StrategyProblem'
+    >>> len(load_instance("alexnet"))
+    14
+    """
+    text, path = _resolve(instance)
+    data = _read_json(path)
+    if isinstance(data, dict) and "problem" in data:
+        return from_iopddl_dict(data, source=text)
+    if is_graph_dict(data):
+        return graph_from_dict(data, source=text)
+    raise ModelError(
+        f"{text}: not a recognised instance (expected IOPDDL JSON with a 'problem' object, "
+        'or an operator graph with "format": "stratopt-graph")'
+    )
+
+
+def load_problem(instance: str | os.PathLike[str]) -> StrategyProblem:
+    """Load a StrategyProblem from a built-in name or an IOPDDL file path.
+
+    Files may be plain or gzip-compressed JSON. An operator graph is refused with a hint to
+    price it first (:func:`stratopt.cost.build`).
 
     Examples
     --------
     >>> load_problem("example").num_vertices
     5
     """
-    text = os.fspath(instance)
-    path = _builtin_path(text) if text in BUILTIN else Path(text)
-    if not path.exists() and text not in BUILTIN:
-        names = ", ".join(sorted(BUILTIN))
-        raise ModelError(f"{text}: no such file or built-in instance (built-in: {names})")
-    data = _read_json(path)
-    if isinstance(data, dict) and "problem" in data:
-        return from_iopddl_dict(data, source=text)
-    raise ModelError(f"{text}: not a recognised instance (expected IOPDDL JSON with a 'problem' object)")
+    loaded = load_instance(instance)
+    if isinstance(loaded, Graph):
+        raise ModelError(f"{os.fspath(instance)}: an operator graph; price it first (stratopt.cost.build or --procs)")
+    return loaded

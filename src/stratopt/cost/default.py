@@ -86,6 +86,8 @@ class DefaultProfile:
     def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)
         a = op.attrs
+        if a.get("lookup"):
+            return self._lookup(op, cfg, block)
         return self._gemm_parts(
             _prod(block, op, a["batch"]),
             _prod(block, op, a["m"]),
@@ -98,6 +100,19 @@ class DefaultProfile:
         )
 
     _conv = _gemm
+
+    def _lookup(self, op: Operator, cfg: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # An embedding is a gather, not a product with a one-hot matrix: read and write each
+        # output row forward, scatter-add the gradient backward. Splitting the vocabulary (k)
+        # masks the lookup and all-reduces the output (vocabulary-parallel embedding); the
+        # table's gradient is all-reduced over the rows' (m) splits; ids need no gradient.
+        a = op.attrs
+        rows = _prod(block, op, a["batch"]) * _prod(block, op, a["m"])
+        width = _prod(block, op, a["n"])
+        compute = self._stream(4.0 * rows * width)
+        comm = self._ar(rows * width, _prod(cfg, op, a["k"]))
+        comm = comm + self._ar(width * _prod(block, op, a["k"]), _prod(cfg, op, a["m"]) * _prod(cfg, op, a["batch"]))
+        return compute, comm
 
     def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a = op.attrs

@@ -174,6 +174,7 @@ class GraphBuilder:
         name: str | None = None,
         pase_layout: bool = False,
         kind: str = "einsum",
+        lookup: bool = False,
     ) -> TensorRef:
         """A two-operand einsum as a batched GEMM: shared kept letters are batch, shared dropped ones
         are reduced, the rest are m (from ``a``) and n (from ``b``).
@@ -235,6 +236,7 @@ class GraphBuilder:
                 "n": [rename[d] for d in n],
                 "k": [rename[d] for d in reduced],
                 "equation": equation,
+                **({"lookup": True} if lookup else {}),
             },
         )[0]
 
@@ -258,7 +260,8 @@ class GraphBuilder:
         table = self.input((vocab, dim), param=True)
         letters = string.ascii_lowercase[: len(ids) + 2]
         eq = f"{letters[:-1]},{letters[-2:]}->{letters[:-2]}{letters[-1]}"
-        return self.einsum(eq, onehot, table, name=name, pase_layout=pase_layout, kind="embedding")
+        # Marked as a lookup so that profiles other than PaSE's can price a gather instead of a product.
+        return self.einsum(eq, onehot, table, name=name, pase_layout=pase_layout, kind="embedding", lookup=True)
 
     def conv(
         self,

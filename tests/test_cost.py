@@ -1,0 +1,171 @@
+"""The cost-model layer: PaSE's t_V and t_E by hand, its published optimum, the default profile."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stratopt import solve
+from stratopt.cost import build, config_label
+from stratopt.errors import ModelError
+from stratopt.graph import ConfigPolicy, GraphBuilder, configurations
+from stratopt.graph.zoo import ZOO
+from stratopt.machine import get_machine
+
+R = 5000.0  # PaSE's flops per word at its defaults (10 TFLOPS, 16 GB/s)
+
+
+def ar(words: float, procs: int) -> float:
+    """All-reduce in PaSE's units, written out independently of the library."""
+    return R * 2 * (procs - 1) * words / procs
+
+
+def choice(costing, v: int, config: tuple[int, ...]) -> int:
+    rows = costing.configs[v].tolist()
+    return rows.index(list(config))
+
+
+def mlp():
+    g = GraphBuilder("mlp")
+    h = g.fc(g.input((8, 16)), 8, pointwise=1)
+    g.fc(h, 4)
+    return g.build()
+
+
+def test_fc_vertex_cost_by_hand():
+    """t_V of a GEMM: 3mnk + 3pw mn + the three all-reduces, per device block."""
+    c = build(mlp(), 4)
+    # fc1 domain (b=8, n=8, k=16); config b2 k2: block m=4, n=8, k=8.
+    i = choice(c, 0, (2, 1, 2))
+    expected = 3 * 4 * 8 * 8 + 3 * 1 * 4 * 8 + ar(4 * 8, 2) + ar(4 * 8, 1) + ar(8 * 8, 2)
+    assert c.problem.node_cost(0)[i] == pytest.approx(expected, rel=1e-12)
+    assert expected == 480864
+
+
+def test_conv_vertex_cost_by_hand():
+    """t_V of a convolution: the im2col GEMM m = b h w, n = filters, k = c r s; h, w never split."""
+    g = GraphBuilder("conv")
+    g.conv(g.input((16, 8, 8, 8)), (16, 8, 3, 3), pad=1)
+    c = build(g.build(), 4)
+    assert all(row[2] == row[3] == 1 for row in c.configs[0].tolist())
+    i = choice(c, 0, (2, 2, 1, 1, 1, 1, 1))  # b2 c2
+    m, n, k = 16 * 8 * 8 / 2, 16, 8 * 3 * 3 / 2
+    expected = 3 * m * n * k + ar(m * n, 2) + ar(m * k, 1) + ar(n * k, 2)
+    assert c.problem.node_cost(0)[i] == pytest.approx(expected, rel=1e-12)
+    assert expected == 44724736
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "words"),
+    [
+        ((2, 1, 1), (1, 1, 2), 16),  # (4x8 tile) -> (8x4 tile), both on 2 devices: 16 overlap of 32
+        ((2, 1, 1), (1, 1, 1), 32),  # gather the whole 8x8 on one device that holds 4x8
+        ((1, 1, 1), (2, 1, 1), 32),  # more consumer devices than producers: no overlap counted
+        ((2, 1, 1), (2, 1, 1), 0),  # same layout: nothing moves
+    ],
+)
+def test_edge_cost_by_hand(src, dst, words):
+    """t_E = r * 2 * (consumer tile - overlap with the producer tile), overlap 0 when P_v > P_u."""
+    c = build(mlp(), 4)
+    matrix = c.problem.edge_cost(0)
+    assert matrix[choice(c, 0, src), choice(c, 1, dst)] == R * 2 * words
+
+
+def test_alexnet_matches_pase_optimum():
+    """PaSE's published optimum for AlexNet (batch 128, 1024 classes) at p = 4, and CP-SAT agrees."""
+    costing = build(ZOO["alexnet"].build(), 4, profile="pase")
+    dp = solve(costing.problem, "dp")
+    assert dp.status.value == "optimal"
+    assert math.isclose(dp.objective, 148215719552, rel_tol=1e-9)
+    cp = solve(costing.problem, "cpsat", time_limit=60)
+    assert cp.status.value == "optimal"
+    assert math.isclose(cp.objective, dp.objective, rel_tol=1e-9)
+
+
+def test_zoo_files_match_builders():
+    """models/*.json hold exactly what the zoo builders make (regenerate with scripts/make_models.py)."""
+    from stratopt.graph.io import graph_to_dict
+    from stratopt.instances import load_instance
+
+    for name, entry in ZOO.items():
+        assert graph_to_dict(load_instance(name)) == graph_to_dict(entry.build()), name
+
+
+def test_explain_rows_sum_to_objective():
+    """--explain's per-operator totals add up to the strategy's cost (default profile, GPT, p = 8)."""
+    costing = build(ZOO["gpt"].build(), 8, profile="default", machine="h100")
+    result = solve(costing.problem, "dp")
+    rows = costing.explain(result.assignment)
+    assert len(rows) == costing.problem.num_vertices
+    assert sum(r["total"] for r in rows) == pytest.approx(result.objective, rel=1e-9)
+    assert all(r["memory_bytes"] > 0 for r in rows)
+    assert {r["config"] for r in rows} - {"1"}, "at p = 8 some operator must split"
+
+
+def test_default_profile_single_device_gemm():
+    """On one device the default profile's GEMM is 6 mnk flops at efficiency x peak, no communication."""
+    h100 = get_machine("h100")
+    g = GraphBuilder("one")
+    g.fc(g.input((1024, 2048)), 4096)
+    c = build(g.build(), 1, profile="default", machine=h100)
+    expected_us = 6 * 1024 * 4096 * 2048 / (h100.peak_tflops * 1e12 * h100.efficiency) * 1e6
+    assert c.problem.node_cost(0).tolist() == pytest.approx([expected_us], rel=1e-12)
+    assert c.vertex_costs[0].comm.tolist() == [0.0]
+
+
+def test_memory_limit_becomes_usage_constraint():
+    """A memory limit adds one usage row over all operators; too small a limit has no solution."""
+    graph = ZOO["alexnet"].build()
+    loose = build(graph, 4, profile="default", machine="a100", memory_gb=80)
+    assert loose.problem.usage_limit == 80 * 10**9
+    result = solve(loose.problem, "dp")
+    assert result.status.value == "optimal"
+    tight = build(graph, 4, profile="default", machine="a100", memory_gb=0.01)
+    assert solve(
+        tight.problem, "brute" if tight.problem.search_space_size < 10**5 else "cpsat", time_limit=30
+    ).status.value in (
+        "infeasible",
+        "no_solution",
+    )
+
+
+def test_machine_collectives():
+    """Ring all-reduce 2(g-1)/g n/B + 2(g-1) a, intra-node inside a node, inter-node beyond."""
+    a100 = get_machine("a100")
+    n = 1e9
+    intra = float(a100.all_reduce(np.array(n), np.array(8)))
+    assert intra == pytest.approx(2 * 7 / 8 * n / 300e9 + 2 * 7 * 3e-6)
+    inter = float(a100.all_reduce(np.array(n), np.array(16)))
+    assert inter == pytest.approx(2 * 15 / 16 * n / 25e9 + 2 * 15 * 8e-6)
+    assert float(a100.all_reduce(np.array(n), np.array(1))) == 0.0
+
+
+def test_config_policy():
+    """Divisors with a minimum block, locked axes, powers of two, prod == p, reported K."""
+    g = GraphBuilder("t")
+    g.fc(g.input((12, 16)), 6)  # domain b=12, n=6, k=16
+    op = g.build().operators[0]
+    rows = configurations(op, ConfigPolicy(procs=6)).tolist()
+    assert all(math.prod(r) <= 6 for r in rows)
+    assert {r[1] for r in rows} == {1}  # n=6 has no split leaving 4 per block
+    assert {r[0] for r in rows} == {1, 2, 3}  # 12/c >= 4
+    two = configurations(op, ConfigPolicy(procs=6, powers_of_two=True)).tolist()
+    assert {r[0] for r in two} == {1, 2} and all(c & (c - 1) == 0 for r in two for c in r)
+    exact = configurations(op, ConfigPolicy(procs=4, exact=True)).tolist()
+    assert exact and all(math.prod(r) == 4 for r in exact)
+    with pytest.raises(ModelError, match=r"fc1.*no configuration"):
+        configurations(op, ConfigPolicy(procs=5, exact=True))
+    assert config_label(op, (2, 1, 4)) == "b2 k4"
+    with pytest.raises(ModelError, match="positive integer"):
+        ConfigPolicy(procs=0)
+
+
+def test_reshape_only_contiguous_splits():
+    """A reshape's halves split the domain contiguously: whole leading axes, one partial, then none."""
+    g = GraphBuilder("r")
+    g.reshape(g.input((4, 8, 6)), (32, 6))
+    ravel = g.build().operators[0]
+    rows = configurations(ravel, ConfigPolicy(procs=8, cutoff=1)).tolist()
+    assert [4, 2, 1] in rows and [1, 2, 1] not in rows and [2, 1, 2] not in rows
