@@ -147,7 +147,7 @@ def build(
     >>> _ = g.softmax_xent(g.fc(g.input((64, 256)), 128))
     >>> c = build(g.build(), 4)
     >>> c.problem.num_vertices, c.problem.num_choices.tolist()
-    (2, [24, 9])
+    (2, [10, 6])
     """
     start = time.perf_counter()
     if isinstance(procs, bool) or not isinstance(procs, int | np.integer) or procs < 1:
