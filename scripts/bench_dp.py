@@ -3,10 +3,11 @@
 Rows: the IOPDDL contest instances (solved, or refused with the reason) and synthetic graphs
 of known treewidth at growing sizes: chains, ladders (treewidth 2, fully reduced by the exact
 pre-pass) and random partial k-trees (real tables over k dependent vertices). Each row runs in
-its own process so that peak memory (the child's max RSS) is its own. Model-zoo networks under
-the PaSE profile join this table when the cost-model layer lands.
+its own process so that peak memory (the child's max RSS) is its own. Then the model-zoo
+networks under the PaSE profile at p = 4 ... 64 (their optima are PaSE-comparable; "price s" is
+the time to enumerate configurations and build the cost tables, "dp seconds" the solve).
 
-    python scripts/bench_dp.py [--quick]
+    python scripts/bench_dp.py [--quick] [--zoo-only]
 """
 
 from __future__ import annotations
@@ -48,11 +49,18 @@ def synthetic(kind, n, k, seed):
     return StrategyProblem(node, edges, [rng.integers(0, 1000, (k, k)) for _ in edges], name=f"{kind} n={n} K={k}")
 
 spec = json.loads(sys.argv[1])
-if "file" in spec:
+price = None
+if "model" in spec:
+    from stratopt.cost import build
+    from stratopt.instances import load_instance
+    t0 = time.perf_counter()
+    p = build(load_instance(spec["model"]), spec["procs"], profile="pase").problem
+    price = time.perf_counter() - t0
+elif "file" in spec:
     p = read_iopddl(spec["file"])
 else:
     p = synthetic(spec["kind"], spec["n"], spec["k"], 0)
-row = {"vertices": p.num_vertices, "kmax": int(p.num_choices.max())}
+row = {"vertices": p.num_vertices, "kmax": int(p.num_choices.max()), "price": price}
 try:
     r = solve(p, "dp")
     row.update(status=r.status.value, objective=r.objective if r.objective is not None else r.bound,
@@ -82,15 +90,16 @@ def run(spec: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller synthetic sizes only")
+    parser.add_argument("--zoo-only", action="store_true", help="only the model-zoo networks")
     args = parser.parse_args()
     print(
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M')}\n")
     print(
-        "| instance | vertices | K max | core after pre-pass | width | largest core table | ordering | dp seconds | peak MiB | result |"
+        "| instance | vertices | K max | core after pre-pass | width | largest core table | ordering | price s | dp seconds | peak MiB | result |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     specs: list[tuple[str, dict]] = []
     for letter in "BGVASP":
         path = IOPDDL / f"asplos-2025-iopddl-{letter}.json.gz"
@@ -104,16 +113,22 @@ def main() -> None:
         : 3 if args.quick else None
     ]:
         specs.append((f"partial {width}-tree n={n} K={k}", {"kind": f"{width}-tree", "n": n, "k": k}))
+    if args.zoo_only:
+        specs = []
+    for model in ("alexnet", "rnnlm", "inception3", "resnet101", "transformer", "gpt", "resnet50", "vgg19"):
+        for procs in (4, 8, 16, 32, 64):
+            specs.append((f"{model} p={procs} (pase)", {"model": model, "procs": procs}))
     for name, spec in specs:
         row = run(spec)
         if row["status"] in ("refused", "crashed"):
             print(
-                f"| {name} | {row.get('vertices', '-')} | {row.get('kmax', '-')} | | | | | | {row.get('peak_mib', 0):.0f} | {row['status']}: {row['reason']} |"
+                f"| {name} | {row.get('vertices', '-')} | {row.get('kmax', '-')} | | | | | | | {row.get('peak_mib', 0):.0f} | {row['status']}: {row['reason']} |"
             )
             continue
         print(
             f"| {name} | {row['vertices']} | {row['kmax']} | {row['core']} | {row['width']} | {row['largest']:.3g} | "
-            f"{row['ordering']} | {row['seconds']:.3f} | {row['peak_mib']:.0f} | {row['status']} {row['objective']} |",
+            f"{row['ordering']} | {'-' if row['price'] is None else format(row['price'], '.2f')} | {row['seconds']:.3f} | "
+            f"{row['peak_mib']:.0f} | {row['status']} {row['objective']:.13g} |",
             flush=True,
         )
 
