@@ -1,7 +1,8 @@
 """stratopt: optimal parallelization strategies and device placements for deep-learning graphs.
 
 The core problem is a :class:`StrategyProblem` (one choice per vertex, node and edge costs,
-an optional usage limit); :func:`solve` runs any registered solver on it and returns a checked
+an optional usage limit); :mod:`stratopt.cost` builds one from an operator graph
+(:class:`GraphBuilder`, :func:`load_graph`, networks in ``models/``) on a :class:`Machine`; :func:`solve` runs any registered solver on it and returns a checked
 :class:`Result`; :func:`evaluate` prices an assignment exactly as the IOPDDL contest does.
 """
 
@@ -14,7 +15,10 @@ from stratopt.errors import (
     StratoptError,
     UnsupportedProblemError,
 )
-from stratopt.instances import load_problem
+from stratopt.graph import Graph, GraphBuilder
+from stratopt.graph.io import load_graph, save_graph
+from stratopt.instances import load_instance, load_problem
+from stratopt.machine import MACHINES, Machine
 from stratopt.problem import (
     FORBIDDEN,
     Evaluation,
@@ -31,9 +35,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORBIDDEN",
+    "MACHINES",
     "CrossCheckError",
     "Evaluation",
+    "Graph",
+    "GraphBuilder",
     "Limit",
+    "Machine",
     "ModelError",
     "NoSolutionError",
     "Result",
@@ -47,8 +55,11 @@ __all__ = [
     "__version__",
     "available",
     "evaluate",
+    "load_graph",
+    "load_instance",
     "load_problem",
     "read_iopddl",
+    "save_graph",
     "solve",
     "write_iopddl",
 ]
