@@ -155,3 +155,29 @@ def test_prepass_solves_trees_without_tables():
     p = StrategyProblem([[1, 2, 3]] * 5, [(0, 1), (1, 2), (1, 3), (3, 4)], [np.eye(3) * 5] * 4)
     r = solve(p, "dp")
     assert r.stats["core_vertices"] == 0 and r.status is Status.OPTIMAL
+
+
+def test_pruned_choices_map_back_to_original_indices():
+    """Dominated choices are dropped before elimination and the answer uses original indices."""
+    # Vertex 0's choices 0 and 2 cost far more than choice 1's worst case; vertex 2 has 1 choice.
+    node = [[1000, 1, 900], [5, 6], [0]]
+    edges = [(0, 1), (1, 2), (0, 2)]
+    costs = [[[0, 3], [2, 4], [1, 1]], [[7], [0]], [[0], [5], [0]]]
+    problem = StrategyProblem(node, edges, costs)
+    result = solve(problem, "dp")
+    assert result.stats["choices_pruned"] >= 2
+    assert result.status is Status.OPTIMAL and result.assignment[0] == 1
+    assert_matches_brute(problem)
+
+
+@settings(max_examples=150)
+@given(data=st.data())
+def test_pruning_keeps_an_optimum_with_spread_costs(data):
+    """With node costs spread over orders of magnitude (so pruning fires), dp still equals brute."""
+    n = data.draw(st.integers(2, 6))
+    ks = [data.draw(st.integers(1, 4)) for _ in range(n)]
+    node = [[data.draw(st.sampled_from([0, 1, 5, 50, 500, 5000])) for _ in range(k)] for k in ks]
+    edges = [(data.draw(st.integers(0, v - 1)), v) for v in range(1, n)]
+    edges += [(0, n - 1)] if n > 2 else []
+    costs = [[[data.draw(st.integers(0, 60)) for _ in range(ks[v])] for _ in range(ks[u])] for u, v in edges]
+    assert_matches_brute(StrategyProblem(node, edges, costs))

@@ -34,7 +34,9 @@ __all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "plan"]
 #: Elimination orders we can simulate (see :func:`plan`).
 ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
 
-_CHUNK_ENTRIES = 1 << 24  # build joint tables in slices of at most this many entries
+_CHUNK_ENTRIES = 1 << 20  # build joint tables in slices of at most this many entries
+_PRUNE_VISITS = 3  # prune() looks at a vertex at most this often (hubs would requeue endlessly)
+_CACHE_ENTRIES = 1 << 16  # min-plus products work on blocks of this many entries (512 KiB)
 _MIN_FILL_CORE = 500  # 'auto' simulates min-fill only on cores up to this many vertices
 
 
@@ -66,6 +68,12 @@ class _Graph:
     # Eliminations so far: (vertex, dependent set, back-pointer table over it).
     steps: list[tuple[int, tuple[int, ...], np.ndarray]] = field(default_factory=list)
     width: int = 0
+    # Original choice index of every kept choice (prune() narrows them).
+    kept: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.kept:
+            self.kept = [np.arange(k) for k in self.k]
 
     @classmethod
     def from_problem(cls, problem: StrategyProblem) -> _Graph:
@@ -133,34 +141,96 @@ class _Graph:
             return
         u, w = nbrs
         left = self.matrix(u, v) + own[None, :]  # K_u x K_v
-        right = self.matrix(v, w)  # K_v x K_w
+        right_t = np.ascontiguousarray(self.matrix(v, w).T)  # K_w x K_v
         best = np.empty((self.k[u], self.k[w]))
         bp = np.empty((self.k[u], self.k[w]), dtype=_index_dtype(self.k[v]))
-        rows = max(1, _CHUNK_ENTRIES // max(1, self.k[v] * self.k[w]))
+        # A min-plus product, v's axis last and blocks small enough to stay in cache: reducing
+        # over a strided middle axis of one big array was 10-50x slower (Transformer, K = 400).
+        rows = max(1, _CACHE_ENTRIES // max(1, self.k[v] * self.k[w]))
         for lo in range(0, self.k[u], rows):
-            joint = left[lo : lo + rows, :, None] + right[None, :, :]  # rows x K_v x K_w
-            bp[lo : lo + rows] = np.argmin(joint, axis=1)
-            best[lo : lo + rows] = np.take_along_axis(joint, bp[lo : lo + rows, None, :].astype(np.intp), axis=1)[:, 0]
+            joint = left[lo : lo + rows, None, :] + right_t[None, :, :]  # rows x K_w x K_v
+            idx = np.argmin(joint, axis=2)
+            bp[lo : lo + rows] = idx
+            best[lo : lo + rows] = np.take_along_axis(joint, idx[..., None], axis=2)[..., 0]
         self._drop_edge(v, u)
         self._drop_edge(v, w)
         self._add_pair(u, w, best)
         self.steps.append((v, (u, w), bp))
         self.width = max(self.width, 2)
 
+    def prune(self) -> int:
+        """Drop choices that can never beat the best choice's worst case; returns how many.
+
+        For choice c of v, ``lo[c]`` adds its node cost and, per edge, the row minimum (the best
+        any neighbour could do for it); ``hi[c]`` the row maxima. If ``lo[c]`` exceeds the
+        smallest ``hi``, that choice is at least as good as c whatever the neighbours choose, so
+        dropping c keeps an optimum (ties and float rounding keep c). Repeated until nothing
+        changes (a pruned vertex requeues its neighbours, whose bounds tighten). Runs before any elimination, so
+        recovery only maps kept indices back (``self.kept``).
+        """
+        dropped = 0
+        queue = list(range(len(self.k)))[::-1]
+        queued = set(queue)
+        visits = [0] * len(self.k)
+        while queue:
+            v = queue.pop()
+            queued.discard(v)
+            visits[v] += 1
+            if self.k[v] <= 1:
+                continue
+            lo = self.unary[v].copy()
+            hi = self.unary[v].copy()
+            for w in self.adj[v]:
+                m = self.matrix(v, w)
+                lo += m.min(axis=1)
+                hi += m.max(axis=1)
+            best = int(np.argmin(hi))
+            if not math.isfinite(hi[best]):
+                continue
+            keep = lo - hi[best] <= 1e-9 * max(1.0, abs(float(hi[best])))
+            keep[best] = True
+            if keep.all():
+                continue
+            idx = np.flatnonzero(keep)
+            dropped += self.k[v] - idx.size
+            self.k[v] = int(idx.size)
+            self.unary[v] = self.unary[v][idx]
+            self.kept[v] = self.kept[v][idx]
+            for w in self.adj[v]:
+                key = (v, w) if v < w else (w, v)
+                mat = self.pair[key]
+                self.pair[key] = np.ascontiguousarray(mat[idx] if v < w else mat[:, idx])
+                if w not in queued and visits[w] < _PRUNE_VISITS:
+                    queue.append(w)
+                    queued.add(w)
+        return dropped
+
+    def _work(self, v: int) -> int:
+        """Entries eliminate_small(v) would touch now (its node, its neighbours' choices)."""
+        return self.k[v] * math.prod(self.k[w] for w in self.adj[v]) if self.k[v] > 1 else 0
+
     def prepass(self, alive: set[int]) -> None:
-        """Eliminate single-choice vertices, leaves and series vertices until none is left."""
-        queue = sorted(v for v in alive if len(self.adj[v]) <= 2 or self.k[v] == 1)
+        """Eliminate single-choice vertices, leaves and series vertices until none is left.
+
+        Cheapest first: in a chain, which series vertex goes first decides the sizes of the
+        min-plus products that follow. A vertex's work changes only when its neighbours do
+        (choice counts are fixed here), so only the eliminated vertex's neighbours requeue.
+        """
+        queue = [(self._work(v), v) for v in sorted(alive) if len(self.adj[v]) <= 2 or self.k[v] == 1]
         heapq.heapify(queue)
         while queue:
-            v = heapq.heappop(queue)
+            work, v = heapq.heappop(queue)
             if v not in alive or (len(self.adj[v]) > 2 and self.k[v] > 1):
+                continue
+            if work != self._work(v):
+                heapq.heappush(queue, (self._work(v), v))
                 continue
             nbrs = list(self.adj[v])
             self.eliminate_small(v)
             alive.discard(v)
             for w in nbrs:
                 if len(self.adj[w]) <= 2 or self.k[w] == 1:
-                    heapq.heappush(queue, w)
+                    heapq.heappush(queue, (self._work(w), w))
 
 
 def _index_dtype(k: int) -> type:
@@ -334,7 +404,7 @@ def _recover(graph: _Graph, n: int) -> list[int]:
     choice = [0] * n
     for v, dep, bp in reversed(graph.steps):
         choice[v] = int(bp[tuple(choice[x] for x in dep)]) if dep else int(bp)
-    return choice
+    return [int(graph.kept[v][c]) for v, c in enumerate(choice)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,10 +442,14 @@ class DynamicProgramming:
         if ordering != "auto" and ordering not in ORDERINGS:
             raise ModelError(f"unknown ordering {ordering!r}; choose from auto, {', '.join(ORDERINGS)}")
         graph = _Graph.from_problem(problem)
+        choices_before = sum(graph.k)
+        pruned = graph.prune()
         alive = set(range(problem.num_vertices))
         graph.prepass(alive)
         core = {v: set(graph.adj[v]) for v in sorted(alive)}
         stats: dict[str, Any] = {
+            "choices_pruned": pruned,
+            "choices_before": choices_before,
             "prepass_eliminated": problem.num_vertices - len(core),
             "core_vertices": len(core),
             "prepass_seconds": round(time.perf_counter() - t0, 6),
