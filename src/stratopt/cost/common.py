@@ -8,7 +8,7 @@ import numpy as np
 
 from stratopt.graph.ir import Operator, TensorUse
 
-__all__ = ["VertexCosts", "layout", "memory_bytes", "needed_words", "per_device"]
+__all__ = ["VertexCosts", "axes_product", "halo", "layout", "memory_bytes", "needed_words", "per_device"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,28 @@ def layout(op: Operator, use: TensorUse, configs: np.ndarray) -> np.ndarray:
 def per_device(op: Operator, configs: np.ndarray) -> np.ndarray:
     """The domain block each device holds: sizes / split counts, shape (K, naxes), float."""
     return np.asarray(op.sizes, dtype=np.float64) / configs
+
+
+def axes_product(values: np.ndarray, op: Operator, axes: list[str]) -> np.ndarray:
+    """Per configuration, the product of ``values`` (K x naxes) over the named axes (1 for none)."""
+    out = np.ones(values.shape[0], dtype=np.float64)
+    for a in axes:
+        out = out * values[:, op.axis_index(a)]
+    return out
+
+
+def halo(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A pooling window's halo: (extra input elements a device needs, devices used), per config.
+
+    A block split along h (w) needs r (s) more rows (columns) of its input image.
+    """
+    r, s = op.attrs["window"]
+    splits = configs[:, [op.axis_index(a) for a in op.attrs["image"]]].astype(np.float64)
+    tile = np.asarray(op.inputs[0].use.shape, dtype=np.float64) / splits
+    h = tile[:, 2] + np.where(splits[:, 2] > 1, r, 0)
+    w = tile[:, 3] + np.where(splits[:, 3] > 1, s, 0)
+    ghost = (h * w - tile[:, 2] * tile[:, 3]) * tile[:, 0] * tile[:, 1]
+    return ghost, splits.prod(axis=1)
 
 
 def needed_words(shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray) -> np.ndarray:

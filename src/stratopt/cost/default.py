@@ -20,20 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, layout, memory_bytes, needed_words, per_device
+from stratopt.cost.common import VertexCosts, axes_product, halo, layout, memory_bytes, needed_words, per_device
 from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine
 
 __all__ = ["DefaultProfile"]
 
 _US = 1e6  # seconds -> microseconds
-
-
-def _prod(block: np.ndarray, op: Operator, axes: list[str]) -> np.ndarray:
-    out = np.ones(block.shape[0], dtype=np.float64)
-    for a in axes:
-        out = out * block[:, op.axis_index(a)]
-    return out
 
 
 class DefaultProfile:
@@ -89,13 +82,13 @@ class DefaultProfile:
         if a.get("lookup"):
             return self._lookup(op, cfg, block)
         return self._gemm_parts(
-            _prod(block, op, a["batch"]),
-            _prod(block, op, a["m"]),
-            _prod(block, op, a["n"]),
-            _prod(block, op, a["k"]),
-            _prod(cfg, op, a["m"]),
-            _prod(cfg, op, a["n"]),
-            _prod(cfg, op, a["k"]),
+            axes_product(block, op, a["batch"]),
+            axes_product(block, op, a["m"]),
+            axes_product(block, op, a["n"]),
+            axes_product(block, op, a["k"]),
+            axes_product(cfg, op, a["m"]),
+            axes_product(cfg, op, a["n"]),
+            axes_product(cfg, op, a["k"]),
             op.pointwise,
         )
 
@@ -107,11 +100,13 @@ class DefaultProfile:
         # masks the lookup and all-reduces the output (vocabulary-parallel embedding); the
         # table's gradient is all-reduced over the rows' (m) splits; ids need no gradient.
         a = op.attrs
-        rows = _prod(block, op, a["batch"]) * _prod(block, op, a["m"])
-        width = _prod(block, op, a["n"])
+        rows = axes_product(block, op, a["batch"]) * axes_product(block, op, a["m"])
+        width = axes_product(block, op, a["n"])
         compute = self._stream(4.0 * rows * width)
-        comm = self._ar(rows * width, _prod(cfg, op, a["k"]))
-        comm = comm + self._ar(width * _prod(block, op, a["k"]), _prod(cfg, op, a["m"]) * _prod(cfg, op, a["batch"]))
+        comm = self._ar(rows * width, axes_product(cfg, op, a["k"]))
+        comm = comm + self._ar(
+            width * axes_product(block, op, a["k"]), axes_product(cfg, op, a["m"]) * axes_product(cfg, op, a["batch"])
+        )
         return compute, comm
 
     def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,18 +144,13 @@ class DefaultProfile:
         return self._stream(elems * (6.0 + 4.0 * op.pointwise)), np.zeros(cfg.shape[0])
 
     def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r, s = op.attrs["window"]
-        image = op.inputs[0].use.shape
+        image = np.asarray(op.inputs[0].use.shape, dtype=np.float64)
         splits = cfg[:, [op.axis_index(a) for a in op.attrs["image"]]]
-        tile = np.asarray(image, dtype=np.float64) / splits
         out = per_device(op, cfg).prod(axis=1)
-        compute = self._stream(2.0 * (tile.prod(axis=1) + out))
-        h = tile[:, 2] + np.where(splits[:, 2] > 1, r, 0)
-        w = tile[:, 3] + np.where(splits[:, 3] > 1, s, 0)
-        ghost = (h * w - tile[:, 2] * tile[:, 3]) * tile[:, 0] * tile[:, 1]
-        group = splits.prod(axis=1)
-        halo = self.machine.transfer(ghost * self.dtype_bytes, group, messages=2) * _US
-        return compute, 2.0 * halo
+        compute = self._stream(2.0 * (image.prod() / splits.prod(axis=1) + out))
+        ghost, group = halo(op, cfg)
+        exchange = self.machine.transfer(ghost * self.dtype_bytes, group, messages=2) * _US
+        return compute, 2.0 * exchange
 
     def _norm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)
@@ -189,8 +179,8 @@ class DefaultProfile:
     def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)
         elems = block.prod(axis=1)
-        procs = _prod(cfg, op, list(op.attrs["axes"]))
-        out = elems / _prod(block, op, list(op.attrs["axes"]))
+        procs = axes_product(cfg, op, list(op.attrs["axes"]))
+        out = elems / axes_product(block, op, list(op.attrs["axes"]))
         return self._stream(2.0 * elems), self._ar(out, procs)
 
     def _transpose(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

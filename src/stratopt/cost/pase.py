@@ -13,18 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, layout, memory_bytes, needed_words, per_device
+from stratopt.cost.common import VertexCosts, axes_product, halo, layout, memory_bytes, needed_words, per_device
 from stratopt.graph.ir import LAYOUT_OPS, Operator, TensorUse
 from stratopt.machine import Machine
 
 __all__ = ["PaseProfile"]
-
-
-def _prod(block: np.ndarray, op: Operator, axes: list[str]) -> np.ndarray:
-    out = np.ones(block.shape[0], dtype=np.float64)
-    for a in axes:
-        out = out * block[:, op.axis_index(a)]
-    return out
 
 
 class PaseProfile:
@@ -88,13 +81,13 @@ class PaseProfile:
         block = per_device(op, cfg)
         a = op.attrs
         return self._gemm_parts(
-            _prod(block, op, a["batch"]),
-            _prod(block, op, a["m"]),
-            _prod(block, op, a["n"]),
-            _prod(block, op, a["k"]),
-            _prod(cfg, op, a["m"]),
-            _prod(cfg, op, a["n"]),
-            _prod(cfg, op, a["k"]),
+            axes_product(block, op, a["batch"]),
+            axes_product(block, op, a["m"]),
+            axes_product(block, op, a["n"]),
+            axes_product(block, op, a["k"]),
+            axes_product(cfg, op, a["m"]),
+            axes_product(cfg, op, a["n"]),
+            axes_product(cfg, op, a["k"]),
             op.pointwise,
         )
 
@@ -132,15 +125,7 @@ class PaseProfile:
 
     def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         compute = per_device(op, cfg).prod(axis=1)
-        # Halo ("ghost") exchange: a block split along h (w) needs r (s) extra rows (columns)
-        # of the input image.
-        r, s = op.attrs["window"]
-        image = op.inputs[0].use.shape
-        splits = cfg[:, [op.axis_index(a) for a in op.attrs["image"]]]
-        tile = np.asarray(image, dtype=np.float64) / splits
-        h = tile[:, 2] + np.where(splits[:, 2] > 1, r, 0)
-        w = tile[:, 3] + np.where(splits[:, 3] > 1, s, 0)
-        ghost = (h * w - tile[:, 2] * tile[:, 3]) * tile[:, 0] * tile[:, 1]
+        ghost, _ = halo(op, cfg)
         return compute, self.r * ghost
 
     def _norm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +163,7 @@ class PaseProfile:
 
     def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         elems = per_device(op, cfg).prod(axis=1)
-        procs = _prod(cfg, op, list(op.attrs["axes"]))
+        procs = axes_product(cfg, op, list(op.attrs["axes"]))
         return np.zeros(cfg.shape[0]), self.all_reduce(elems, procs)
 
     # -- edges -----------------------------------------------------------------------------------
