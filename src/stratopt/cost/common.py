@@ -8,7 +8,18 @@ import numpy as np
 
 from stratopt.graph.ir import Operator, TensorUse
 
-__all__ = ["VertexCosts", "axes_product", "halo", "layout", "memory_bytes", "needed_words", "per_device"]
+__all__ = [
+    "GemmShape",
+    "VertexCosts",
+    "axes_product",
+    "gemm_shape",
+    "halo",
+    "layout",
+    "lstm_relay",
+    "memory_bytes",
+    "needed_words",
+    "per_device",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,63 @@ def axes_product(values: np.ndarray, op: Operator, axes: list[str]) -> np.ndarra
     for a in axes:
         out = out * values[:, op.axis_index(a)]
     return out
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """A (batched) GEMM per device: batch count ``bb``, block sizes m, n, k, split counts of m, n, k."""
+
+    bb: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    cm: np.ndarray
+    cn: np.ndarray
+    ck: np.ndarray
+
+
+def gemm_shape(op: Operator, configs: np.ndarray) -> GemmShape:
+    """The GEMM a ``gemm``/``conv`` operator (groups in its attrs) or an ``lstm`` computes.
+
+    PaSE prices a stacked LSTM as one batched GEMM: batch = layers, m = seq x batch,
+    n = 4 gates x units, k = [input, hidden] = 2 x units.
+    """
+    a = op.attrs
+    block = per_device(op, configs)
+    if op.op == "lstm":
+        return GemmShape(
+            axes_product(block, op, [a["layer"]]),
+            axes_product(block, op, [a["seq"], a["batch"]]),
+            4.0 * axes_product(block, op, [a["n"]]),
+            2.0 * axes_product(block, op, [a["k"]]),
+            axes_product(configs, op, [a["seq"], a["batch"]]),
+            axes_product(configs, op, [a["n"]]),
+            axes_product(configs, op, [a["k"]]),
+        )
+    return GemmShape(
+        axes_product(block, op, a["batch"]),
+        axes_product(block, op, a["m"]),
+        axes_product(block, op, a["n"]),
+        axes_product(block, op, a["k"]),
+        axes_product(configs, op, a["m"]),
+        axes_product(configs, op, a["n"]),
+        axes_product(configs, op, a["k"]),
+    )
+
+
+def lstm_relay(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Re-laying an LSTM cell's output (b, n) as the next cell's input (b, k): (words each device
+    receives, devices of the larger layout, how many times per step: layers x sequence length).
+    Overlap rules as :func:`needed_words`."""
+    a = op.attrs
+    block = per_device(op, configs)
+    col = op.axis_index
+    b_block, n_block, k_block = (block[:, col(a[x])] for x in ("batch", "n", "k"))
+    p_out = configs[:, col(a["batch"])] * configs[:, col(a["n"])]
+    p_in = configs[:, col(a["batch"])] * configs[:, col(a["k"])]
+    overlap = np.where(p_in > p_out, 0.0, b_block * np.minimum(n_block, k_block))
+    words = np.clip(b_block * k_block - overlap, 0.0, None)
+    return words, np.maximum(p_in, p_out), op.size_of(a["layer"]) * op.size_of(a["seq"])
 
 
 def halo(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, axes_product, halo, layout, memory_bytes, needed_words, per_device
+from stratopt.cost.common import (
+    VertexCosts,
+    axes_product,
+    gemm_shape,
+    halo,
+    layout,
+    lstm_relay,
+    memory_bytes,
+    needed_words,
+    per_device,
+)
 from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine
 
@@ -59,38 +69,15 @@ class DefaultProfile:
         compute, comm = handler(op, cfg)
         return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
 
-    def _gemm_parts(
-        self,
-        bb: np.ndarray,
-        m: np.ndarray,
-        n: np.ndarray,
-        k: np.ndarray,
-        cm: np.ndarray,
-        cn: np.ndarray,
-        ck: np.ndarray,
-        pw: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        compute = bb * 3.0 * 2.0 * m * n * k / self.flops * _US
-        # Fused pointwise ops: forward and backward passes over the output block.
-        compute = compute + self._stream(bb * m * n * 4.0 * pw)
-        comm = self._ar(bb * m * n, ck) + self._ar(bb * m * k, cn) + self._ar(bb * n * k, cm)
-        return compute, comm
-
     def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        block = per_device(op, cfg)
-        a = op.attrs
-        if a.get("lookup"):
-            return self._lookup(op, cfg, block)
-        return self._gemm_parts(
-            axes_product(block, op, a["batch"]),
-            axes_product(block, op, a["m"]),
-            axes_product(block, op, a["n"]),
-            axes_product(block, op, a["k"]),
-            axes_product(cfg, op, a["m"]),
-            axes_product(cfg, op, a["n"]),
-            axes_product(cfg, op, a["k"]),
-            op.pointwise,
-        )
+        if op.attrs.get("lookup"):
+            return self._lookup(op, cfg, per_device(op, cfg))
+        g = gemm_shape(op, cfg)
+        compute = g.bb * 3.0 * 2.0 * g.m * g.n * g.k / self.flops * _US
+        # Fused pointwise ops: forward and backward passes over the output block.
+        compute = compute + self._stream(g.bb * g.m * g.n * 4.0 * op.pointwise)
+        comm = self._ar(g.bb * g.m * g.n, g.ck) + self._ar(g.bb * g.m * g.k, g.cn) + self._ar(g.bb * g.n * g.k, g.cm)
+        return compute, comm
 
     _conv = _gemm
 
@@ -110,31 +97,10 @@ class DefaultProfile:
         return compute, comm
 
     def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a = op.attrs
-        block = per_device(op, cfg)
-        col = op.axis_index
-        bb = block[:, col(a["layer"])]
-        m = block[:, col(a["seq"])] * block[:, col(a["batch"])]
-        compute, comm = self._gemm_parts(
-            bb,
-            m,
-            4.0 * block[:, col(a["n"])],
-            2.0 * block[:, col(a["k"])],
-            cfg[:, col(a["seq"])] * cfg[:, col(a["batch"])],
-            cfg[:, col(a["n"])],
-            cfg[:, col(a["k"])],
-            op.pointwise,
-        )
+        compute, comm = self._gemm(op, cfg)
         # Every cell's output (b, n) is re-laid as the next cell's input (b, k): one message per
         # layer and time step when the layouts differ.
-        b_block = block[:, col(a["batch"])]
-        p_out = cfg[:, col(a["batch"])] * cfg[:, col(a["n"])]
-        p_in = cfg[:, col(a["batch"])] * cfg[:, col(a["k"])]
-        in_tile = b_block * block[:, col(a["k"])]
-        overlap = np.where(p_in > p_out, 0.0, b_block * np.minimum(block[:, col(a["n"])], block[:, col(a["k"])]))
-        words = np.clip(in_tile - overlap, 0.0, None)
-        steps = op.size_of(a["layer"]) * op.size_of(a["seq"])
-        group = np.maximum(p_in, p_out)
+        words, group, steps = lstm_relay(op, cfg)
         relay = self.machine.transfer(words * self.dtype_bytes, group) * _US
         return compute, comm + steps * 2.0 * relay
 

@@ -13,7 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, axes_product, halo, layout, memory_bytes, needed_words, per_device
+from stratopt.cost.common import (
+    VertexCosts,
+    axes_product,
+    gemm_shape,
+    halo,
+    layout,
+    lstm_relay,
+    memory_bytes,
+    needed_words,
+    per_device,
+)
 from stratopt.graph.ir import LAYOUT_OPS, Operator, TensorUse
 from stratopt.machine import Machine
 
@@ -57,66 +67,25 @@ class PaseProfile:
             compute, comm = handler(op, configs.astype(np.float64))
         return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
 
-    def _gemm_parts(
-        self,
-        bb: np.ndarray,
-        m: np.ndarray,
-        n: np.ndarray,
-        k: np.ndarray,
-        cm: np.ndarray,
-        cn: np.ndarray,
-        ck: np.ndarray,
-        pw: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # One GEMM forward and two backward; each fused pointwise op costs a forward, a backward
         # and a chain-rule product per output element. Reductions: the output over k splits,
         # the input gradient over n splits, the weight gradient over m splits.
-        compute = 3.0 * m * n * k
-        if pw > 0:
-            compute = compute + 3.0 * pw * m * n
-        comm = self.all_reduce(m * n, ck) + self.all_reduce(m * k, cn) + self.all_reduce(n * k, cm)
-        return bb * compute, bb * comm
-
-    def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        block = per_device(op, cfg)
-        a = op.attrs
-        return self._gemm_parts(
-            axes_product(block, op, a["batch"]),
-            axes_product(block, op, a["m"]),
-            axes_product(block, op, a["n"]),
-            axes_product(block, op, a["k"]),
-            axes_product(cfg, op, a["m"]),
-            axes_product(cfg, op, a["n"]),
-            axes_product(cfg, op, a["k"]),
-            op.pointwise,
-        )
+        g = gemm_shape(op, cfg)
+        compute = 3.0 * g.m * g.n * g.k
+        if op.pointwise > 0:
+            compute = compute + 3.0 * op.pointwise * g.m * g.n
+        comm = self.all_reduce(g.m * g.n, g.ck) + self.all_reduce(g.m * g.k, g.cn) + self.all_reduce(g.n * g.k, g.cm)
+        return g.bb * compute, g.bb * comm
 
     _conv = _gemm
 
     def _lstm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # PaSE prices a stacked LSTM as one batched GEMM (batch: layers; m: seq x batch;
-        # n: 4 gates x units; k: [input, hidden] = 2 x units) with 3 fused pointwise ops, plus,
-        # per layer and time step, the words that re-lay the cell output (b, n) as the next
-        # cell's input (b, k).
-        a = op.attrs
-        block = per_device(op, cfg)
-        col = op.axis_index
-        bb = block[:, col(a["layer"])]
-        m = block[:, col(a["seq"])] * block[:, col(a["batch"])]
-        n = 4.0 * block[:, col(a["n"])]
-        k = 2.0 * block[:, col(a["k"])]
-        cm = cfg[:, col(a["seq"])] * cfg[:, col(a["batch"])]
-        compute, comm = self._gemm_parts(bb, m, n, k, cm, cfg[:, col(a["n"])], cfg[:, col(a["k"])], op.pointwise)
-        b_size = op.size_of(a["batch"])
-        out_splits = cfg[:, [col(a["batch"]), col(a["n"])]]
-        in_splits = cfg[:, [col(a["batch"]), col(a["k"])]]
-        b_block = b_size / cfg[:, col(a["batch"])]
-        out_tile = np.stack([b_block, op.size_of(a["n"]) / cfg[:, col(a["n"])]], axis=1)
-        in_tile = np.stack([b_block, op.size_of(a["k"]) / cfg[:, col(a["k"])]], axis=1)
-        p_out, p_in = out_splits.prod(axis=1), in_splits.prod(axis=1)
-        overlap = np.where(p_in > p_out, 0.0, np.minimum(out_tile, in_tile).prod(axis=1))
-        words = np.clip(in_tile.prod(axis=1) - overlap, 0.0, None)
-        steps = op.size_of(a["layer"]) * op.size_of(a["seq"])
+        # PaSE prices a stacked LSTM as one batched GEMM (see gemm_shape) with 3 fused pointwise
+        # ops, plus, per layer and time step, the words that re-lay the cell output (b, n) as
+        # the next cell's input (b, k).
+        compute, comm = self._gemm(op, cfg)
+        words, _, steps = lstm_relay(op, cfg)
         return compute, comm + steps * self.r * words
 
     def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
