@@ -52,14 +52,23 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+def _positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a positive float, with ``unit`` named in its error messages."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number of {unit}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_seconds = _positive_number("seconds")
+_positive_gb = _positive_number("GB")
 
 
 def _positive_int(text: str) -> int:
@@ -69,16 +78,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_gb(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of GB, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of GB, got {text!r}")
     return value
 
 
@@ -366,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help=f"solver: auto (default: dp when it fits, else brute, cpsat or greedy by size) or one of {', '.join(registry.names())}",
     )
-    p.add_argument("--time-limit", "-t", type=_positive_float, metavar="SEC", help="seconds the solver may use")
+    p.add_argument("--time-limit", "-t", type=_positive_seconds, metavar="SEC", help="seconds the solver may use")
     p.add_argument("--seed", type=int, help="seed for randomised solvers")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument(
@@ -401,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
     p.add_argument(
-        "timeout", metavar="TIMEOUT", type=_positive_float, help="seconds allowed in all, reading the file included"
+        "timeout", metavar="TIMEOUT", type=_positive_seconds, help="seconds allowed in all, reading the file included"
     )
     p.set_defaults(func=_iopddl_cmd)
     return parser

@@ -89,10 +89,8 @@ class Machine:
         >>> float(m.all_reduce(np.array(8e9), np.array(4)))  # 2 * 3/4 * 8 GB at 16 GB/s
         0.75
         """
-        group = np.asarray(group, dtype=np.float64)
-        bw, lat = self.link(group)
-        steps = np.maximum(group - 1.0, 0.0)
-        return np.where(group > 1, 2.0 * steps / group * nbytes / bw + 2.0 * steps * lat, 0.0)
+        # A ring all-reduce is a reduce-scatter followed by an all-gather.
+        return 2.0 * self.all_gather(nbytes, group)
 
     def all_gather(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
         """Seconds for a ring all-gather (or reduce-scatter) whose result is ``nbytes``."""
