@@ -17,7 +17,10 @@ def test_formulation_counts_on_the_example():
     """The example: two single-choice vertices fold away; what is left is small and countable."""
     form = build(load_problem("example"))
     assert form.fixed == {0: 0, 4: 0}
-    assert (form.num_x, form.num_y) == (7, 4)  # vertices 1, 2, 3; the one edge 1 -> 3 left
+    # Vertex 2 keeps no edge; its choice 0 (cost 25 + 50 + 60, usage 15) is dominated by
+    # choice 2 (35 + 40 + 30, usage 15). Choice 1 is cheaper still but uses more memory.
+    assert form.choices[2].tolist() == [1, 2] and form.stats["choices_dominated"] == 1
+    assert (form.num_x, form.num_y) == (6, 4)  # vertices 1, 2, 3; the one edge 1 -> 3 left
     assert form.num_rows == 3 + (2 + 2) + 1  # exactly-one, marginals, one usage row
     assert form.constant == 15 + 95 + 0  # the fixed vertices' own costs (their edges became node costs)
 
@@ -25,8 +28,12 @@ def test_formulation_counts_on_the_example():
 def test_forbidden_pairs_get_no_variable():
     """Forbidden choices and pairs are dropped before building."""
     p = StrategyProblem([[0, 0, BIG], [0, 0]], [(0, 1)], [[[1, BIG], [2, 3], [4, 5]]])
-    form = build(p)
+    form = build(p, dominance=False)
     assert form.choices[0].tolist() == [0, 1] and form.num_y == 3
+    # With dominance: vertex 1's choice 0 is never worse than its choice 1, which leaves vertex 0
+    # without edges and its choice 0 the cheaper: everything folds away.
+    form = build(p)
+    assert form.fixed == {0: 0, 1: 0} and form.num_x == 0 and form.constant == 1
 
 
 def test_parallel_edges_are_merged():
@@ -34,6 +41,53 @@ def test_parallel_edges_are_merged():
     p = StrategyProblem([[0, 0], [0, 0]], [(0, 1), (1, 0)], [[[0, 1], [2, 3]], [[5, 0], [0, 5]]])
     form = build(p)
     assert form.stats["parallel_edges_merged"] == 1 and len(form.edges) == 1
+
+
+def test_separable_edges_become_node_costs():
+    """An edge whose cost is f(a) + g(b) (a constant included) needs no variables."""
+    p = StrategyProblem([[0, 5, 9], [1, 0]], [(0, 1), (1, 0)], [[[1, 4], [2, 5], [7, 10]], [[3, 3, 3], [3, 3, 3]]])
+    form = build(p, dominance=False)
+    assert form.stats["separable_edges"] == 1 and form.num_y == 0
+    assert solve(p, "cpsat").objective == solve(p, "brute").objective
+
+
+def test_dominance_keeps_what_the_usage_limit_needs():
+    """A cheaper choice that uses more memory does not dominate; one that is never worse does."""
+    # Vertex 0: choice 1 is cheaper everywhere, but heavier; choice 2 is as light as 0 and never worse.
+    p = StrategyProblem(
+        [[5, 1, 4], [2, 0]],
+        [(0, 1)],
+        [[[0, 3], [0, 3], [1, 2]]],
+        intervals=[[0, 1], [0, 1]],
+        usages=[[1, 9, 1], [1, 1]],
+        usage_limit=5,
+    )
+    form = build(p)
+    assert form.choices[0].tolist() == [1, 2] and form.stats["choices_dominated"] == 1
+    assert solve(p, "cpsat").objective == solve(p, "brute").objective == 6
+
+
+@settings(max_examples=60)
+@given(problems(max_vertices=6))
+def test_presolve_keeps_an_optimum(problem):
+    """Brute force over the presolved choices alone reaches the true optimum (or both prove
+    infeasibility): the presolve only removes what an optimal assignment can do without."""
+    import itertools
+
+    from stratopt import evaluate
+
+    exact = solve(problem, "brute")
+    form = build(problem)
+    if form.infeasible:
+        assert exact.status is Status.INFEASIBLE
+        return
+    domains = [[form.fixed[v]] if v in form.fixed else form.choices[v].tolist() for v in range(problem.num_vertices)]
+    best = None
+    for a in itertools.product(*domains):
+        ev = evaluate(problem, a)
+        if ev.feasible and (best is None or ev.objective < best):
+            best = ev.objective
+    assert best == exact.objective
 
 
 def test_maximal_cliques_of_intervals():

@@ -12,6 +12,7 @@ import numpy as np
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.formulation import Formulation, build
+from stratopt.solvers.greedy import greedy_start
 
 __all__ = ["CpSat", "map_status"]
 
@@ -107,7 +108,7 @@ class CpSat:
 
         start = None
         if hint:
-            start = _hint(problem)
+            start = greedy_start(problem)
             if start is not None:
                 stats["hint_objective"] = evaluate(problem, start).objective
                 for (v, c), lit in x.items():
@@ -162,11 +163,3 @@ def _scale(problem: StrategyProblem, form: Formulation) -> tuple[float, float]:
 def _bound(problem: StrategyProblem, form: Formulation, raw: float, scale: float, error: float) -> float | int:
     value = raw / scale + form.constant - error
     return math.ceil(value - 1e-9) if problem.is_integral else value
-
-
-def _hint(problem: StrategyProblem) -> np.ndarray | None:
-    """A complete feasible assignment from the greedy heuristic, or None."""
-    from stratopt.solvers.greedy import Greedy
-
-    res = Greedy().solve(problem)
-    return None if res.assignment is None else np.asarray(res.assignment)

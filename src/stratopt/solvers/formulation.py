@@ -8,8 +8,10 @@ whose sizes tests can count, and each back-end turns them into its own model.
 
 The exact presolve before building: parallel edges are summed; forbidden choices and forbidden
 pairs get no variable; a vertex left with one allowed choice is fixed and its edges become node
-costs of its neighbours (removing the neighbours' choices it forbids), repeatedly; an edge whose
-allowed entries all cost the same and that forbids nothing becomes a constant.
+costs of its neighbours (removing the neighbours' choices it forbids), repeatedly; choices that
+another choice of the same vertex dominates (never worse whatever the neighbours do, never more
+memory) are dropped; an edge that forbids nothing and whose cost splits as ``f(a) + g(b)``
+(separable, constants included) becomes node costs of its two ends.
 """
 
 from __future__ import annotations
@@ -65,89 +67,195 @@ class Formulation:
         return len(free) + n_marg + len(self.usage_rows)
 
 
-def build(problem: StrategyProblem) -> Formulation:
-    """The presolved formulation of a problem (no solver is imported)."""
-    n = problem.num_vertices
-    node = [problem.node_cost(v).astype(np.float64) for v in range(n)]
-    allowed = [problem.node_cost(v) < FORBIDDEN for v in range(n)]
-    merged: dict[tuple[int, int], np.ndarray] = {}
-    for e, (u, v) in enumerate(problem.edges.tolist()):
-        mat = float_costs(problem.edge_cost(e))
-        if u > v:
-            u, v, mat = v, u, mat.T
-        merged[(u, v)] = merged[(u, v)] + mat if (u, v) in merged else mat
-    stats = {"parallel_edges_merged": problem.num_edges - len(merged)}
-    constant = 0.0
-    for v in range(n):
-        if not allowed[v].any():
-            return _infeasible(problem, v)
+def build(problem: StrategyProblem, *, dominance: bool = True) -> Formulation:
+    """The presolved formulation of a problem (no solver is imported).
 
-    # Fold vertices with a single allowed choice, until none is left to fold.
-    fixed: dict[int, int] = {}
-    adj: dict[int, set[int]] = {v: set() for v in range(n)}
-    for u, v in merged:
-        adj[u].add(v)
-        adj[v].add(u)
-    queue = [v for v in range(n) if allowed[v].sum() == 1]
-    while queue:
-        v = queue.pop()
-        if v in fixed:
-            continue
-        if not allowed[v].any():
-            return _infeasible(problem, v)
-        c = int(np.flatnonzero(allowed[v])[0])
-        fixed[v] = c
-        constant += node[v][c]
-        for w in sorted(adj[v]):
-            key = (min(v, w), max(v, w))
-            mat = merged.pop(key)
-            row = mat[c] if v < w else mat[:, c]
-            node[w] = node[w] + np.where(np.isfinite(row), row, 0.0)
-            allowed[w] &= np.isfinite(row)
-            adj[w].discard(v)
-            if not allowed[w].any():
-                return _infeasible(problem, w)
-            if allowed[w].sum() == 1:
-                queue.append(w)
-        adj[v].clear()
-    stats["vertices_fixed"] = len(fixed)
-
-    choices = [np.flatnonzero(allowed[v]) if v not in fixed else np.zeros(0, dtype=np.int64) for v in range(n)]
-    costs = [node[v][choices[v]] for v in range(n)]
-    edges = []
-    constant_edges = 0
-    for (u, v), mat in sorted(merged.items()):
-        sub = mat[np.ix_(allowed[u], allowed[v])]
-        finite = np.isfinite(sub)
-        if finite.all() and (sub == sub.flat[0]).all():
-            constant += float(sub.flat[0])
-            constant_edges += 1
-            continue
-        a, b = np.nonzero(finite)
-        pairs = np.stack([choices[u][a], choices[v][b]], axis=1)
-        edges.append((u, v, pairs, sub[a, b]))
-    stats["constant_edges"] = constant_edges
-
-    usage_rows: list[tuple[np.ndarray, float]] = []
-    usages = None
-    if problem.usage_flat is not None and problem.intervals is not None and problem.usage_limit is not None:
-        usages = [problem.usage(v)[choices[v]] for v in range(n)]
-        fixed_use = {v: float(problem.usage(v)[c]) for v, c in fixed.items()}
-        for members in _maximal_cliques(problem.intervals):
-            free = np.array([v for v in members if v not in fixed], dtype=np.int64)
-            room = problem.usage_limit - sum(fixed_use.get(v, 0.0) for v in members)
-            if len(free) and room >= sum(float(usages[v].max()) for v in free):
-                continue  # the row can never bind
-            if room < 0 or (len(free) and room < sum(float(usages[v].min()) for v in free)):
-                return _infeasible_usage(problem)
-            if len(free):
-                usage_rows.append((free, room))
-    stats["usage_rows"] = len(usage_rows)
-    return Formulation(choices, costs, edges, usage_rows, usages, constant, None, stats, fixed)
+    ``dominance=False`` skips the dominated-choice reduction (to measure what it buys).
+    """
+    pre = _Presolve(problem)
+    if pre.infeasible is None:
+        pre.fold()
+    if dominance and pre.infeasible is None:
+        while pre.drop_dominated() and pre.infeasible is None:
+            pre.fold()
+    if pre.infeasible is not None:
+        return Formulation([], [], [], [], None, 0.0, pre.infeasible)
+    return pre.formulation()
 
 
-def _infeasible(problem: StrategyProblem, v: int) -> Formulation:
-    return Formulation([], [], [], [], None, 0.0, f"vertex {problem.vertex_label(v)} has no allowed choice left")
+class _Presolve:
+    """The exact reductions, each keeping at least one optimal assignment of the original problem.
+
+    ``node[v]`` holds full-length cost rows (folded edges added in), ``allowed[v]`` the choices
+    still open, ``merged[(u, v)]`` (u < v) one float matrix per vertex pair with +inf for
+    forbidden pairs, ``fixed`` the vertices folded away and ``constant`` their cost.
+    """
+
+    def __init__(self, problem: StrategyProblem) -> None:
+        self.problem = problem
+        n = problem.num_vertices
+        self.node = [problem.node_cost(v).astype(np.float64) for v in range(n)]
+        self.allowed = [problem.node_cost(v) < FORBIDDEN for v in range(n)]
+        self.merged: dict[tuple[int, int], np.ndarray] = {}
+        for e, (u, v) in enumerate(problem.edges.tolist()):
+            mat = float_costs(problem.edge_cost(e))
+            if u > v:
+                u, v, mat = v, u, mat.T
+            self.merged[(u, v)] = self.merged[(u, v)] + mat if (u, v) in self.merged else mat
+        self.adj: dict[int, set[int]] = {v: set() for v in range(n)}
+        for u, v in self.merged:
+            self.adj[u].add(v)
+            self.adj[v].add(u)
+        self.fixed: dict[int, int] = {}
+        self.constant = 0.0
+        self.stats = {"parallel_edges_merged": problem.num_edges - len(self.merged), "choices_dominated": 0}
+        self.usage = None
+        if problem.usage_flat is not None and problem.usage_limit is not None:
+            self.usage = [problem.usage(v).astype(np.float64) for v in range(n)]
+        self.infeasible: str | None = None
+        self.pending = [v for v in range(n) if self.allowed[v].sum() <= 1]
+
+    def _no_choice(self, v: int) -> None:
+        self.infeasible = f"vertex {self.problem.vertex_label(v)} has no allowed choice left"
+
+    def fold(self) -> None:
+        """Fix every vertex left with one allowed choice; its edges become its neighbours' node
+        costs (removing the neighbours' choices it forbids), until none is left to fold."""
+        queue, self.pending = self.pending, []
+        while queue:
+            v = queue.pop()
+            if v in self.fixed:
+                continue
+            if not self.allowed[v].any():
+                return self._no_choice(v)
+            if self.allowed[v].sum() > 1:
+                continue
+            c = int(np.flatnonzero(self.allowed[v])[0])
+            self.fixed[v] = c
+            self.constant += self.node[v][c]
+            for w in sorted(self.adj[v]):
+                key = (min(v, w), max(v, w))
+                mat = self.merged.pop(key)
+                row = mat[c] if v < w else mat[:, c]
+                self.node[w] = self.node[w] + np.where(np.isfinite(row), row, 0.0)
+                self.allowed[w] &= np.isfinite(row)
+                self.adj[w].discard(v)
+                if not self.allowed[w].any():
+                    return self._no_choice(w)
+                if self.allowed[w].sum() == 1:
+                    queue.append(w)
+            self.adj[v].clear()
+
+    def drop_dominated(self) -> bool:
+        """Remove choices that another choice of the same vertex dominates; True if any went.
+
+        Choice ``d`` dominates ``a`` when switching any assignment from ``a`` to ``d`` can neither
+        raise the cost nor break a constraint, whatever the neighbours pick: ``d`` is allowed
+        with every neighbour choice ``a`` is allowed with, uses no more memory (same live
+        interval), and ``node[d] - node[a] + sum over edges of max_b (M[d, b] - M[a, b]) <= 0``
+        (the max over the neighbour's open choices ``b`` that ``a`` allows). Dominance is
+        transitive, so removing dominated choices one at a time, each against those still open,
+        always keeps an optimal assignment. Vertices whose test would exceed ``_DOMINANCE_WORK``
+        entries are skipped.
+        """
+        removed = 0
+        for v in range(len(self.node)):
+            if v in self.fixed:
+                continue
+            open_ = np.flatnonzero(self.allowed[v])
+            k = len(open_)
+            if k < 2:
+                continue
+            mats = []
+            for w in self.adj[v]:
+                mat = self.merged[(v, w)] if v < w else self.merged[(w, v)].T
+                mats.append(mat[np.ix_(open_, self.allowed[w])])
+            if k * k * sum(m.shape[1] for m in mats) > _DOMINANCE_WORK:
+                continue
+            # excess[d, a]: the most switching a -> d can add; +inf when d is not always allowed.
+            cost = self.node[v][open_]
+            excess = cost[:, None] - cost[None, :]
+            for m in mats:
+                allowed_a = np.isfinite(m)  # (k, K_w)
+                diff = m[:, None, :] - np.where(allowed_a, m, 0.0)[None, :, :]  # (d, a, b)
+                diff = np.where(allowed_a[None, :, :], diff, -np.inf)
+                worst = diff.max(axis=2)
+                worst = np.where(np.isnan(worst), np.inf, worst)
+                excess = excess + np.where(allowed_a.any(axis=1)[None, :], worst, 0.0)
+            ok = excess <= _tolerance(cost, mats)
+            if self.usage is not None:
+                use = self.usage[v][open_]
+                ok &= use[:, None] <= use[None, :]
+            np.fill_diagonal(ok, False)
+            alive = np.ones(k, dtype=bool)
+            for a in np.argsort(cost, kind="stable").tolist():
+                if (ok[:, a] & alive).any():
+                    alive[a] = False
+            if not alive.all():
+                self.allowed[v][open_[~alive]] = False
+                removed += int((~alive).sum())
+                if alive.sum() == 1:
+                    self.pending.append(v)
+        self.stats["choices_dominated"] += removed
+        return removed > 0
+
+    def formulation(self) -> Formulation:
+        """The model over what is left: separable edges become node costs first."""
+        problem, allowed, node = self.problem, self.allowed, self.node
+        n = problem.num_vertices
+        stats = dict(self.stats, vertices_fixed=len(self.fixed))
+        choices = [np.flatnonzero(allowed[v]) if v not in self.fixed else np.zeros(0, dtype=np.int64) for v in range(n)]
+        constant = self.constant
+        edges = []
+        separable = 0
+        for (u, v), mat in sorted(self.merged.items()):
+            sub = mat[np.ix_(allowed[u], allowed[v])]
+            finite = np.isfinite(sub)
+            if finite.all():
+                row, col = sub[:, 0] - sub[0, 0], sub[0, :]
+                if np.abs(sub - row[:, None] - col[None, :]).max() <= _tolerance(sub):
+                    # sub[a, b] = row[a] + col[b]: the edge is a cost on each end.
+                    node[u][choices[u]] += row
+                    node[v][choices[v]] += col
+                    separable += 1
+                    continue
+            a, b = np.nonzero(finite)
+            pairs = np.stack([choices[u][a], choices[v][b]], axis=1)
+            edges.append((u, v, pairs, sub[a, b]))
+        stats["separable_edges"] = separable
+        costs = [node[v][choices[v]] for v in range(n)]
+
+        usage_rows: list[tuple[np.ndarray, float]] = []
+        usages = None
+        if self.usage is not None and problem.intervals is not None and problem.usage_limit is not None:
+            usages = [self.usage[v][choices[v]] for v in range(n)]
+            fixed_use = {v: float(self.usage[v][c]) for v, c in self.fixed.items()}
+            for members in _maximal_cliques(problem.intervals):
+                free = np.array([v for v in members if v not in self.fixed], dtype=np.int64)
+                room = problem.usage_limit - sum(fixed_use.get(v, 0.0) for v in members)
+                if len(free) and room >= sum(float(usages[v].max()) for v in free):
+                    continue  # the row can never bind
+                if room < 0 or (len(free) and room < sum(float(usages[v].min()) for v in free)):
+                    return _infeasible_usage(problem)
+                if len(free):
+                    usage_rows.append((free, room))
+        stats["usage_rows"] = len(usage_rows)
+        return Formulation(choices, costs, edges, usage_rows, usages, constant, None, stats, self.fixed)
+
+
+#: Largest dominance test (choices^2 x neighbour choices, summed over edges) run for one vertex.
+_DOMINANCE_WORK = 4_000_000
+
+
+def _tolerance(*arrays: np.ndarray | list[np.ndarray]) -> float:
+    """Zero for integer-valued data; for fractional data, a relative 1e-12 of the largest finite
+    magnitude (so float round-off cannot make a reduction drop the better choice)."""
+    flat = [np.ravel(a) for x in arrays for a in (x if isinstance(x, list) else [x])]
+    values = np.concatenate(flat) if flat else np.zeros(0)
+    values = values[np.isfinite(values)]
+    if values.size == 0 or (values == np.round(values)).all():
+        return 0.0
+    return 1e-12 * float(np.abs(values).max())
 
 
 def _infeasible_usage(problem: StrategyProblem) -> Formulation:

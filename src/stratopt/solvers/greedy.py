@@ -13,7 +13,7 @@ from stratopt.solvers._local import FORBIDDEN_COST, Domains, InducedForest, Loca
 from stratopt.solvers._window import WindowSearch
 from stratopt.solvers.base import Limit, Result, Status
 
-__all__ = ["Greedy"]
+__all__ = ["Greedy", "greedy_start"]
 
 
 class Greedy:
@@ -169,3 +169,10 @@ class Greedy:
         stats["windows"] = {"tried": search.tried, "improved": search.improved, "refused": search.refused}
         say(f"windows lowered the cost from {start_cost:.6g} to {cost:.6g}")
         return a, cost
+
+
+def greedy_start(problem: StrategyProblem) -> np.ndarray | None:
+    """A complete feasible assignment from :class:`Greedy` without a time limit (the exact
+    formulations' hint), or None when it finds none."""
+    res = Greedy().solve(problem)
+    return None if res.assignment is None else np.asarray(res.assignment)

@@ -48,6 +48,18 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         requires=("ortools",),
     ),
     SolverInfo(
+        "mip-highs",
+        "stratopt.solvers.mip",
+        "MipHighs",
+        requires=("pulp", "highspy"),
+    ),
+    SolverInfo(
+        "mip-cbc",
+        "stratopt.solvers.mip",
+        "MipCbc",
+        requires=("pulp",),
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",

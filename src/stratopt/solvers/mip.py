@@ -1,0 +1,306 @@
+"""MIP back-ends through PuLP: HiGHS (``mip-highs``) and CBC (``mip-cbc``) on the shared formulation.
+
+The model is :mod:`stratopt.solvers.formulation`'s: binary ``x[v, c]`` with an exactly-one row
+per vertex, and for each allowed pair of an edge a *continuous* ``y[e, a, b] >= 0`` tied to the
+``x`` by the marginal equalities. With integral ``x`` the equalities leave exactly one positive
+``y`` per edge (the chosen pair, at 1), so ``y`` needs no integrality and the branch-and-bound
+branches on ``x`` alone.
+
+PuLP's own status is not trusted: after a time limit it reports "Optimal" for an incumbent.
+HiGHS's status is read from the ``highspy.Highs`` object PuLP leaves on the problem, and CBC's
+from its solution file ("Optimal" vs "Stopped on time") together with its log, which also gives
+the best bound. Both get the relative gap 0 (HiGHS would otherwise stop at 1e-4) and a complete
+warm start from the greedy heuristic.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from stratopt.problem import StrategyProblem, evaluate
+from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.formulation import build
+from stratopt.solvers.greedy import greedy_start
+
+__all__ = ["MipCbc", "MipHighs", "map_cbc_status", "map_highs_status"]
+
+#: Integrality tolerance when reading binary values back.
+_HALF = 0.5
+
+
+def map_highs_status(name: str, has_solution: bool) -> tuple[Status, Limit | None]:
+    """Our status for a ``highspy.HighsModelStatus`` member name and whether HiGHS holds a
+    feasible primal solution (every member is mapped; a test walks the enum)."""
+    if name == "kOptimal":
+        return Status.OPTIMAL, None
+    if name == "kInfeasible":
+        return Status.INFEASIBLE, None
+    stopped = {
+        "kTimeLimit": Limit.TIME,
+        "kIterationLimit": Limit.ITERATION,
+        "kSolutionLimit": Limit.ITERATION,
+        "kMemoryLimit": Limit.MEMORY,
+        "kInterrupt": Limit.INTERRUPTED,
+        "kHighsInterrupt": Limit.INTERRUPTED,
+        "kObjectiveBound": Limit.OTHER,
+        "kObjectiveTarget": Limit.OTHER,
+        "kUnknown": Limit.OTHER,
+    }
+    if name in stopped:
+        return (Status.FEASIBLE if has_solution else Status.NO_SOLUTION), stopped[name]
+    errors = {
+        "kNotset",
+        "kLoadError",
+        "kModelError",
+        "kPresolveError",
+        "kSolveError",
+        "kPostsolveError",
+        "kModelEmpty",
+        # The objective is bounded below by the constant and every variable is bounded: neither
+        # can happen on a well-formed model.
+        "kUnboundedOrInfeasible",
+        "kUnbounded",
+    }
+    if name in errors:
+        return Status.ERROR, None
+    raise KeyError(f"unmapped HiGHS status {name}")
+
+
+def map_cbc_status(word: str, has_solution: bool) -> tuple[Status, Limit | None]:
+    """Our status for the first word of CBC's solution file (the words PuLP's CBC reader knows:
+    "Optimal", "Infeasible", "Integer" (infeasible), "Unbounded", "Stopped") and whether the
+    file holds a feasible solution."""
+    if word == "Optimal":
+        return Status.OPTIMAL, None
+    if word in ("Infeasible", "Integer"):
+        return Status.INFEASIBLE, None
+    if word == "Stopped":
+        return (Status.FEASIBLE if has_solution else Status.NO_SOLUTION), Limit.TIME
+    return Status.ERROR, None
+
+
+class _Mip:
+    """The PuLP model shared by both back-ends; subclasses set the back-end and read its status."""
+
+    name = "mip"
+    exact = True
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        threads: int | None = None,
+        hint: bool = True,
+        log: bool = False,
+    ) -> Result:
+        import pulp
+
+        started = time.perf_counter()
+        form = build(problem)
+        stats: dict[str, Any] = dict(form.stats)
+        if form.infeasible:
+            stats["proof"] = form.infeasible
+            return Result(self.name, Status.INFEASIBLE, stats=stats)
+        stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows)
+        if form.num_x == 0:  # the presolve fixed every vertex
+            stats["answer_from"] = "presolve"
+            return Result(self.name, Status.OPTIMAL, assignment=tuple(form.assignment({})), stats=stats)
+
+        model = pulp.LpProblem("stratopt", pulp.LpMinimize)
+        x: dict[tuple[int, int], pulp.LpVariable] = {}
+        terms: list[tuple[pulp.LpVariable, float]] = []
+        for v, (cs, cost) in enumerate(zip(form.choices, form.costs, strict=True)):
+            if len(cs) == 0:
+                continue
+            row = []
+            for c, w in zip(cs.tolist(), cost.tolist(), strict=True):
+                var = model.add_variable(f"x{v}_{c}", 0, 1, cat=pulp.LpBinary)
+                x[(v, c)] = var
+                row.append((var, 1))
+                if w:
+                    terms.append((var, w))
+            model += pulp.LpAffineExpression(row) == 1, f"one{v}"
+        y: list[list[tuple[int, int, pulp.LpVariable]]] = []
+        for e, (u, v, pairs, cost) in enumerate(form.edges):
+            rows: dict[int, list[tuple[pulp.LpVariable, int]]] = {}
+            cols: dict[int, list[tuple[pulp.LpVariable, int]]] = {}
+            vars_e = []
+            for (a, b), w in zip(pairs.tolist(), cost.tolist(), strict=True):
+                var = model.add_variable(f"y{e}_{a}_{b}", 0)
+                rows.setdefault(a, []).append((var, 1))
+                cols.setdefault(b, []).append((var, 1))
+                vars_e.append((a, b, var))
+                if w:
+                    terms.append((var, w))
+            y.append(vars_e)
+            for a in form.choices[u].tolist():
+                model += pulp.LpAffineExpression([*rows.get(a, []), (x[(u, a)], -1)]) == 0, f"r{e}_{a}"
+            for b in form.choices[v].tolist():
+                model += pulp.LpAffineExpression([*cols.get(b, []), (x[(v, b)], -1)]) == 0, f"c{e}_{b}"
+        if form.usages is not None:
+            for i, (members, room) in enumerate(form.usage_rows):
+                use = [
+                    (x[(v, c)], u)
+                    for v in members.tolist()
+                    for c, u in zip(form.choices[v].tolist(), form.usages[v].tolist(), strict=True)
+                    if u
+                ]
+                model += pulp.LpAffineExpression(use) <= room, f"use{i}"
+        model += pulp.LpAffineExpression(terms)
+
+        start = None
+        if hint:
+            start = greedy_start(problem)
+            if start is not None:
+                stats["hint_objective"] = evaluate(problem, start).objective
+                for (v, c), var in x.items():
+                    var.setInitialValue(1 if start[v] == c else 0)
+                for (u, v, _, _), vars_e in zip(form.edges, y, strict=True):
+                    for a, b, var in vars_e:
+                        var.setInitialValue(1 if start[u] == a and start[v] == b else 0)
+
+        remaining = None if time_limit is None else max(0.01, time_limit - (time.perf_counter() - started))
+        status, limit, bound, backend = self._run(
+            model, remaining, seed, threads or os.cpu_count() or 1, start is not None, log
+        )
+        stats.update(backend)
+        if status in (Status.OPTIMAL, Status.FEASIBLE):
+            picked = {}
+            for (v, c), var in x.items():
+                if var.varValue is not None and var.varValue > _HALF:
+                    picked[v] = c
+            if len(picked) != sum(1 for cs in form.choices if len(cs)):
+                stats["error"] = "the back-end's solution leaves a vertex without a choice"
+                return Result(self.name, Status.ERROR, stats=stats)
+            assignment = tuple(form.assignment(picked))
+            if status is Status.OPTIMAL:
+                bound = None  # solve() sets it to the recomputed objective
+            elif bound is not None:
+                bound = _bound(problem, bound + form.constant)
+            return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
+        if bound is not None:
+            bound = _bound(problem, bound + form.constant)
+        return Result(self.name, status, bound=bound, limit=limit, stats=stats)
+
+    def _run(
+        self, model: Any, time_limit: float | None, seed: int | None, threads: int, warm: bool, log: bool
+    ) -> tuple[Status, Limit | None, float | None, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class MipHighs(_Mip):
+    """HiGHS through PuLP's in-process ``highspy`` interface, with ``mip_rel_gap = 0``."""
+
+    name = "mip-highs"
+
+    def _run(
+        self, model: Any, time_limit: float | None, seed: int | None, threads: int, warm: bool, log: bool
+    ) -> tuple[Status, Limit | None, float | None, dict[str, Any]]:
+        import highspy
+        import pulp
+
+        class _WarmHighs(pulp.HiGHS):  # type: ignore[misc, name-defined]
+            """PuLP's HiGHS, handing the variables' initial values to HiGHS before it runs."""
+
+            def callSolver(self, lp: Any) -> None:
+                if warm:
+                    sol = highspy.HighsSolution()
+                    sol.col_value = [v.varValue if v.varValue is not None else 0.0 for v in lp.variables()]
+                    sol.value_valid = True
+                    lp.solverModel.setSolution(sol)
+                lp.solverModel.run()
+
+        options: dict[str, Any] = {}
+        if seed is not None:
+            options["random_seed"] = int(seed)
+        solver = _WarmHighs(msg=log, gapRel=0.0, timeLimit=time_limit, threads=threads, **options)
+        model.solve(solver)
+        highs = model.solverModel
+        info = highs.getInfo()
+        name = highs.getModelStatus().name
+        has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        status, limit = map_highs_status(name, has_solution)
+        bound = float(info.mip_dual_bound)
+        backend = {"highs_status": name, "nodes": int(info.mip_node_count)}
+        return status, limit, (bound if math.isfinite(bound) else None), backend
+
+
+class MipCbc(_Mip):
+    """CBC (bundled with PuLP) with ``ratio 0``; status and bound read from its solution and log."""
+
+    name = "mip-cbc"
+
+    def _run(
+        self, model: Any, time_limit: float | None, seed: int | None, threads: int, warm: bool, log: bool
+    ) -> tuple[Status, Limit | None, float | None, dict[str, Any]]:
+        import pulp
+
+        with tempfile.TemporaryDirectory(prefix="stratopt-cbc-") as tmp:
+            log_path = Path(tmp) / "cbc.log"
+            options = [f"randomCbcSeed {int(seed) + 1}"] if seed is not None else []
+            with warnings.catch_warnings():
+                # PuLP 3.x warns that its bundled CBC goes away in 4.0; pyproject pins pulp < 4.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                solver = pulp.PULP_CBC_CMD(
+                    msg=False,
+                    gapRel=0.0,
+                    timeLimit=None if time_limit is None else max(1, math.ceil(time_limit)),
+                    threads=threads,
+                    warmStart=warm,
+                    logPath=str(log_path),
+                    keepFiles=False,
+                    options=options,
+                )
+            solver.tmpDir = tmp
+            model.solve(solver)
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        word = _cbc_result_word(text, model)
+        has_solution = model.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+        status, limit = map_cbc_status(word, has_solution)
+        if log:
+            print(text)
+        return status, limit, _cbc_bound(text), {"cbc_status": word}
+
+
+def _cbc_result_word(text: str, model: Any) -> str:
+    """CBC's verdict: the word after "Result - " in its log, else PuLP's reading of the file."""
+    import pulp
+
+    m = re.search(r"^Result - (\w+)", text, re.MULTILINE)
+    if m:
+        word = m.group(1)
+        return {"Problem": "Infeasible", "Linear": "Infeasible"}.get(word, word)
+    return {
+        pulp.LpStatusOptimal: "Optimal" if model.sol_status == pulp.LpSolutionOptimal else "Stopped",
+        pulp.LpStatusInfeasible: "Infeasible",
+        pulp.LpStatusNotSolved: "Stopped",
+    }.get(model.status, "Error")
+
+
+def _cbc_bound(text: str) -> float | None:
+    """The best bound CBC states in its closing summary ("Lower bound:"), if any."""
+    m = re.search(r"^Lower bound:\s+(\S+)", text, re.MULTILINE)
+    if not m:
+        return None
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _bound(problem: StrategyProblem, value: float) -> float | int:
+    """A back-end's bound in the problem's units; rounded up for integer costs (a MIP's bound
+    carries its feasibility tolerance, so a hair is taken off first)."""
+    if problem.is_integral:
+        return math.ceil(value - 1e-6 * max(1.0, abs(value)))
+    return value - 1e-9 * max(1.0, abs(value))
