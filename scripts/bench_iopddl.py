@@ -1,8 +1,9 @@
 """Run `stratopt iopddl` on every IOPDDL contest instance with its contest time limit.
 
-Prints a Markdown table: instance, size, cost, ratio to the best submitted cost, seconds
-(wall time of the whole command, file reading included), its peak resident memory, and
-whether `stratopt evaluate` confirms the answer feasible. The machine is recorded above the
+Prints a Markdown table: instance, cost, ratio to the best submitted cost, the proven lower
+bound and status the command reports on stderr (its last line), the solver that answered,
+seconds (wall time of the whole command, file reading included), its peak resident memory,
+and whether `stratopt evaluate` confirms the answer feasible. The machine is recorded above the
 table. This script never loads a problem itself: a child's peak memory as the kernel reports
 it starts from its parent's at exec, so the parent stays small.
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,13 +62,15 @@ def main() -> None:
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M')}\n")
-    print("| instance | limit s | cost | best submitted | ratio | seconds | peak MiB | feasible |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| instance | limit s | cost | best submitted | ratio | bound | status | solver | seconds | peak MiB | feasible |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
         limit, best = CONTEST[name]
         path = Path(args.dir) / f"asplos-2025-iopddl-{name}.json.gz"
         if not path.exists():
-            print(f"| {name} | {limit} | missing: {path} | | | | | |")
+            print(f"| {name} | {limit} | missing: {path} | | | | | | | | |")
             continue
         answer, seconds, peak, tail = run_one(path, limit * args.scale)
         if answer:
@@ -76,10 +80,22 @@ def main() -> None:
             cost = ev["objective"]
         else:
             cost, ratio, ok = "[]", "-", "no answer: " + " ".join(tail.split())[-120:]
+        solver, status, bound = summary(tail)
         print(
-            f"| {name} | {limit * args.scale:g} | {cost} | {best} | {ratio} | {seconds:.1f} | {peak:.0f} | {ok} |",
+            f"| {name} | {limit * args.scale:g} | {cost} | {best} | {ratio} | {bound} | {status} | {solver} "
+            f"| {seconds:.1f} | {peak:.0f} | {ok} |",
             flush=True,
         )
+
+
+def summary(stderr_tail: str) -> tuple[str, str, str]:
+    """(solver, status, bound) from the command's closing stderr line
+    ("<solver>: <status>, cost <c>, bound <b>, <t> s in all")."""
+    m = re.search(r"^([\w-]+): (\w+), cost \S+, bound (\S+),", stderr_tail, re.MULTILINE)
+    if not m:
+        return "?", "?", "?"
+    bound = m.group(3)
+    return m.group(1), m.group(2), "-" if bound == "None" else bound
 
 
 def check(path: Path, answer: list[int]) -> dict:

@@ -300,7 +300,8 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
         return _NO_SOLUTION
     result = solve_auto(problem, time_limit=budget, progress=_stderr)
     _stderr(
-        f"{result.solver}: {result.status.value}, cost {result.objective}, {time.perf_counter() - start:.1f} s in all"
+        f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, "
+        f"{time.perf_counter() - start:.1f} s in all"
     )
     if result.status in (Status.OPTIMAL, Status.FEASIBLE) and result.assignment is not None:
         print("[" + ", ".join(map(str, result.assignment)) + "]", flush=True)

@@ -130,8 +130,8 @@ def test_float_costs_report_rounding():
     assert 0 < r.stats["rounding_error"] < 1e-6
 
 
-def test_auto_uses_cpsat_when_the_limit_binds():
-    """Beyond brute's range, 'auto' answers a binding usage limit with CP-SAT, exactly."""
+def test_auto_uses_an_exact_formulation_when_the_limit_binds():
+    """Beyond brute's range, 'auto' answers a binding usage limit with HiGHS, exactly."""
     import numpy as np
 
     rng = np.random.default_rng(3)
@@ -147,7 +147,7 @@ def test_auto_uses_cpsat_when_the_limit_binds():
         usage_limit=15,
     )
     r = solve(p)
-    assert r.solver == "cpsat" and r.status is Status.OPTIMAL
+    assert r.solver == "mip-highs" and r.status is Status.OPTIMAL
     assert r.objective == solve(p, "brute").objective
 
 

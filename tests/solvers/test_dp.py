@@ -122,12 +122,12 @@ def test_grid_is_refused_before_allocating():
 
 
 def test_auto_moves_on_when_the_dp_refuses(monkeypatch):
-    """'auto' hands a problem too wide for the DP to CP-SAT, or to greedy beyond CP-SAT's sizes."""
+    """'auto' hands a problem too wide for the DP to HiGHS, or to greedy beyond the MIP's sizes."""
     p = grid(8, 16, 1)
     r = solve(p, time_limit=5)
-    assert r.solver == "cpsat" and r.status in (Status.OPTIMAL, Status.FEASIBLE)
+    assert r.solver == "mip-highs" and r.status in (Status.OPTIMAL, Status.FEASIBLE)
     assert r.stats["auto"].startswith("dp refused")
-    monkeypatch.setattr("stratopt.solvers.AUTO_CPSAT_VERTICES", 10)
+    monkeypatch.setattr("stratopt.solvers.AUTO_MIP_VERTICES", 10)
     r = solve(p, time_limit=2)
     assert r.solver == "greedy" and r.status is Status.FEASIBLE
 

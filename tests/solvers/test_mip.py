@@ -151,3 +151,13 @@ def test_time_limited_run_is_not_called_optimal(name):
         r = solve(p, name)
     assert r.status is Status.FEASIBLE and r.limit is Limit.TIME
     assert r.bound is None or r.bound <= r.objective
+
+
+@pytest.mark.parametrize(("name", "limit", "optimum"), [("B", 60, 532843), ("G", 120, 217039)])
+def test_highs_proves_iopddl_optima(name, limit, optimum):
+    """HiGHS proves the contest's B and G optimal within their contest time limits (about 7 s
+    each on a 2-core machine; scripts/bench_iopddl.py times them)."""
+    from ..conftest import needs_iopddl
+
+    r = solve(load_problem(needs_iopddl(f"asplos-2025-iopddl-{name}.json.gz")), "mip-highs", time_limit=limit)
+    assert r.status is Status.OPTIMAL and r.objective == r.bound == optimum

@@ -229,13 +229,19 @@ class _Presolve:
         usages = None
         if self.usage is not None and problem.intervals is not None and problem.usage_limit is not None:
             usages = [self.usage[v][choices[v]] for v in range(n)]
-            fixed_use = {v: float(self.usage[v][c]) for v, c in self.fixed.items()}
+            is_free = np.ones(n, dtype=bool)
+            fixed_use = np.zeros(n)
+            for v, c in self.fixed.items():
+                is_free[v] = False
+                fixed_use[v] = self.usage[v][c]
+            most = np.array([u.max() if len(u) else 0.0 for u in usages])
+            least = np.array([u.min() if len(u) else 0.0 for u in usages])
             for members in _maximal_cliques(problem.intervals):
-                free = np.array([v for v in members if v not in self.fixed], dtype=np.int64)
-                room = problem.usage_limit - sum(fixed_use.get(v, 0.0) for v in members)
-                if len(free) and room >= sum(float(usages[v].max()) for v in free):
+                free = members[is_free[members]]
+                room = problem.usage_limit - float(fixed_use[members].sum())
+                if len(free) and room >= float(most[free].sum()):
                     continue  # the row can never bind
-                if room < 0 or (len(free) and room < sum(float(usages[v].min()) for v in free)):
+                if room < 0 or (len(free) and room < float(least[free].sum())):
                     return _infeasible_usage(problem)
                 if len(free):
                     usage_rows.append((free, room))
@@ -262,7 +268,7 @@ def _infeasible_usage(problem: StrategyProblem) -> Formulation:
     return Formulation([], [], [], [], None, 0.0, "the least usage of the live vertices exceeds the limit")
 
 
-def _maximal_cliques(intervals: np.ndarray) -> list[list[int]]:
+def _maximal_cliques(intervals: np.ndarray) -> list[np.ndarray]:
     """Live sets of the intervals that no other live set contains (one per maximal clique)."""
     live = intervals[:, 1] > intervals[:, 0]
     idx = np.flatnonzero(live)
@@ -280,6 +286,5 @@ def _maximal_cliques(intervals: np.ndarray) -> list[list[int]]:
     ends_next[end - 1] = True
     cliques = []
     for slot in np.flatnonzero(starts_here & ends_next).tolist():
-        members = idx[(start <= slot) & (end > slot)]
-        cliques.append(members.tolist())
+        cliques.append(idx[(start <= slot) & (end > slot)])
     return cliques
