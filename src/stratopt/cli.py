@@ -150,6 +150,102 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     return _OK if result.status in (Status.OPTIMAL, Status.FEASIBLE) else _NO_SOLUTION
 
 
+def _compare_cmd(args: argparse.Namespace) -> int:
+    from stratopt.harness import compare, default_solvers
+
+    problem, _ = _load(args)
+    names = (
+        default_solvers(problem) if args.solvers is None else [n.strip() for n in args.solvers.split(",") if n.strip()]
+    )
+    unknown = [n for n in names if n not in registry.names()]
+    if unknown or not names:
+        raise ModelError(
+            f"unknown solver {unknown[0] if unknown else args.solvers!r}; choose from: {', '.join(registry.names())}"
+        )
+    missing = [n for n in names if not registry.available(n)]
+    if missing:
+        registry.get(missing[0])  # raises SolverUnavailableError naming the extra
+    comparison = compare(problem, names, time_limit=args.time_limit, progress=_stderr, raise_on_mismatch=False)
+    if args.json:
+        _emit_json(comparison.to_dict(args.instance))
+    else:
+        _print_comparison(comparison)
+    return _OK if comparison.agree else _NO_SOLUTION
+
+
+def _print_comparison(comparison: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="solvers side by side (every objective recomputed by evaluate)")
+    for col in ("solver", "status", "objective", "bound", "seconds"):
+        table.add_column(col, justify="left" if col in ("solver", "status") else "right")
+    for r in comparison.results:
+        table.add_row(
+            r.solver,
+            r.status.value + (f" ({r.limit.value})" if r.limit else ""),
+            "-" if r.objective is None else f"{r.objective:.10g}",
+            "-" if r.bound is None else f"{r.bound:.10g}",
+            f"{r.wall_time:.2f}",
+        )
+    console = Console(soft_wrap=True)
+    console.print(table)
+    if not comparison.agree:
+        console.print(f"[bold red]MISMATCH[/]: {comparison.mismatch}")
+    elif comparison.infeasible:
+        console.print("agree: infeasible (proven)")
+    elif comparison.optimum is not None:
+        console.print(f"agree: yes; proven optimum {comparison.optimum:.10g}")
+    else:
+        console.print("agree: yes; no solver proved an optimum in its time")
+
+
+def _demo_cmd(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from stratopt.cost import build
+    from stratopt.harness import compare
+
+    graph = load_instance(args.network)
+    if not isinstance(graph, Graph):
+        raise ModelError(f"{args.network}: the demo needs a network (see 'stratopt models'), not a problem file")
+    console = Console(soft_wrap=True)
+    console.print(
+        f"[bold]stratopt demo[/]: {graph.name}, {len(graph.operators)} operators, split over p = {args.procs} "
+        "devices of a DGX H100 (profile 'default': microseconds per training step)"
+    )
+    start = time.perf_counter()
+    costing = build(graph, args.procs, profile="default", machine="h100")
+    stats = costing.stats
+    console.print(
+        f"priced {stats['choices_total']} configurations ({stats['choices_min']}-{stats['choices_max']} per operator) "
+        f"in {time.perf_counter() - start:.2f} s; solving with the DP, CP-SAT and greedy ..."
+    )
+    comparison = compare(costing.problem, ["dp", "cpsat", "greedy"], raise_on_mismatch=False)
+    _print_comparison(comparison)
+    best = next((r for r in comparison.results if r.solver == "dp"), None)
+    if best is not None and best.assignment is not None:
+        _print_explain(costing.explain(best.assignment), costing.units)
+    if not args.no_plot:
+        from stratopt import plots
+
+        points = []
+        for p in (1, 2, 4, 8, 16, 32, 64):
+            r = solve(build(graph, p, profile="default", machine="h100").problem, "dp")
+            if r.objective is not None:
+                points.append((p, float(r.objective)))
+        plots.cost_vs_procs(
+            {graph.name: points}, args.plot, title=f"{graph.name}: optimal strategy cost vs devices (H100)", units="us"
+        )
+        console.print(
+            "optimal cost per step: "
+            + ", ".join(f"p={p}: {c:.4g} us" for p, c in points)
+            + f"\nwrote {args.plot} (cost against p, log-log, with the linear-scaling line)"
+        )
+    console.print(f"done in {time.perf_counter() - start:.1f} s")
+    return _OK if comparison.agree else _NO_SOLUTION
+
+
 def _print_result(problem: StrategyProblem, result: Result, instance: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -364,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         default="auto",
         metavar="S",
-        help=f"solver: auto (default: dp when it fits, else brute, cpsat or greedy by size) or one of {', '.join(registry.names())}",
+        help=f"solver: auto (default: dp when it fits, else brute, mip-highs or greedy by size) or one of {', '.join(registry.names())}",
     )
     p.add_argument("--time-limit", "-t", type=_positive_seconds, metavar="SEC", help="seconds the solver may use")
     p.add_argument("--seed", type=int, help="seed for randomised solvers")
@@ -392,6 +488,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     graph_options(p)
     p.set_defaults(func=_evaluate_cmd)
+
+    p = sub.add_parser(
+        "compare",
+        help="run several solvers and cross-check their answers",
+        description="Run several solvers on one problem, recompute every answer's cost, and check that the "
+        "exact solvers agree, that no bound exceeds a feasible cost and that no answer beats a proven optimum. "
+        "Exit code 1 on a mismatch.",
+    )
+    p.add_argument("instance", metavar="INSTANCE", help=instance_help)
+    p.add_argument(
+        "--solvers",
+        metavar="A,B,..",
+        help="comma-separated solver names (default: every installed exact solver and greedy; brute on small problems)",
+    )
+    p.add_argument("--time-limit", "-t", type=_positive_seconds, metavar="SEC", help="seconds each solver may use")
+    p.add_argument("--json", action="store_true", help='print one JSON object {"agree", "optimum", "results"}')
+    graph_options(p)
+    p.set_defaults(func=_compare_cmd)
+
+    p = sub.add_parser(
+        "demo",
+        help="a one-minute tour: a network solved three ways, its strategy, a plot",
+        description="Build a network from models/, solve it with the DP, CP-SAT and greedy, show that they agree, "
+        "print the optimal strategy operator by operator, and plot the optimal cost against the device count.",
+    )
+    p.add_argument("--network", default="vgg19", help="a network from 'stratopt models' (default vgg19)")
+    p.add_argument("--procs", "-p", type=_positive_int, default=8, metavar="P", help="devices (default 8)")
+    p.add_argument("--plot", default="stratopt-demo.png", metavar="FILE", help="where to write the plot (PNG)")
+    p.add_argument("--no-plot", action="store_true", help="skip the plot")
+    p.set_defaults(func=_demo_cmd)
 
     p = sub.add_parser(
         "iopddl",
