@@ -128,3 +128,75 @@ def test_demo_runs_and_plots(tmp_path, capsys):
 def test_demo_refuses_a_problem_file(capsys):
     code = main(["demo", "--network", "example", "--no-plot"])
     assert code == 2 and "needs a network" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("network", ["alexnet", "vgg19"])
+def test_zoo_under_a_binding_memory_limit(network):
+    """p = 8, default profile, a memory limit halfway between the least memory any strategy needs
+    and what the unconstrained optimum uses: that optimum becomes infeasible, the exact
+    formulations agree on the constrained optimum, and the DP's relaxed optimum is a bound below
+    it. (scripts/bench_memory.py runs every network.)"""
+    from stratopt import evaluate
+    from stratopt.cost import build
+    from stratopt.graph.zoo import ZOO
+
+    graph = ZOO[network].build()
+    free = build(graph, 8, profile="default", machine="h100", memory_gb=1e9).problem
+    relaxed = solve(free, "dp")
+    used = sum(int(free.usage(v)[c]) for v, c in enumerate(relaxed.assignment))
+    least = sum(int(free.usage(v).min()) for v in range(free.num_vertices))
+    assert least < used
+    limit_gb = (least + used) / 2 / 1e9
+    problem = build(graph, 8, profile="default", machine="h100", memory_gb=limit_gb).problem
+    assert not evaluate(problem, relaxed.assignment).feasible
+    c = compare(problem, ["mip-highs", "cpsat", "mip-cbc", "dp"], time_limit=120)
+    assert c.agree and c.optimum is not None
+    dp = next(r for r in c.results if r.solver == "dp")
+    assert dp.status is Status.NO_SOLUTION and dp.bound == pytest.approx(relaxed.objective)
+    assert dp.bound < c.optimum
+
+
+@pytest.mark.parametrize("executor", ["serial", "process"])
+def test_sweep_writes_records_table_and_plots(tmp_path, executor):
+    from stratopt.harness.sweep import grid, run_sweep
+
+    tasks = grid(["alexnet", "example"], [2, 4], ["dp", "greedy", "mip-highs"])  # greedy: no window search
+    assert len(tasks) == 2 * 3 + 3  # the problem file gets one task per solver, not one per p
+    records = run_sweep(tasks, tmp_path, executor=executor, workers=2, progress=False)
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(records) == len(tasks)
+    assert all(json.loads(line)["status"] in ("optimal", "feasible", "no_solution") for line in lines)
+    by = {(r["instance"], r["procs"], r["solver"]): r for r in records}
+    for p in (2, 4):
+        assert by[("alexnet", p, "dp")]["objective"] == pytest.approx(by[("alexnet", p, "mip-highs")]["objective"])
+        assert by[("alexnet", p, "greedy")]["objective"] >= by[("alexnet", p, "dp")]["objective"] * (1 - 1e-9)
+    assert by[("example", None, "mip-highs")]["objective"] == 445
+    table = (tmp_path / "results.md").read_text()
+    assert "| alexnet | 2 |" in table and "| example | - |" in table
+    for name in ("time_vs_size.png", "gaps.png", "cost_vs_procs.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_records_a_failing_cell(tmp_path):
+    from stratopt.harness.sweep import Task, run_sweep
+
+    records = run_sweep(
+        [Task("alexnet", 4, "no-such-solver")], tmp_path, executor="serial", progress=False, plots=False
+    )
+    assert records[0]["status"] == "error" and "no-such-solver" in records[0]["error"]
+
+
+def test_sweep_on_ray(tmp_path):
+    """The same sweep as Ray remote tasks on a local Ray cluster."""
+    ray = pytest.importorskip("ray")
+    from stratopt.harness.sweep import grid, run_sweep
+
+    tasks = grid(["alexnet"], [2, 4], ["dp", "mip-highs"])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        records = run_sweep(tasks, tmp_path, executor="ray", progress=False, plots=False)
+    finally:
+        ray.shutdown()
+    assert len(records) == 4 and all(r["status"] == "optimal" for r in records)
+    serial = run_sweep(tasks, tmp_path / "serial", executor="serial", progress=False, plots=False)
+    assert [r["objective"] for r in records] == pytest.approx([r["objective"] for r in serial])
