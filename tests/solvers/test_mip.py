@@ -145,12 +145,20 @@ def test_time_limited_run_is_not_called_optimal(name):
     def stopped(_word, has_solution):
         return (Status.FEASIBLE if has_solution else Status.NO_SOLUTION), Limit.TIME
 
+    def nothing(_word, _has_solution):
+        return Status.NO_SOLUTION, Limit.TIME
+
     target = "map_highs_status" if name == "mip-highs" else "map_cbc_status"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mip, target, stopped)
         r = solve(p, name)
     assert r.status is Status.FEASIBLE and r.limit is Limit.TIME
     assert r.bound is None or r.bound <= r.objective
+    # Stopped with nothing kept: greedy's feasible start is returned, marked as such.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mip, target, nothing)
+        r = solve(p, name)
+    assert r.status is Status.FEASIBLE and r.stats["answer_from"] == "hint" and r.objective >= 445
 
 
 @pytest.mark.parametrize(("name", "limit", "optimum"), [("B", 60, 532843), ("G", 120, 217039)])
@@ -161,3 +169,21 @@ def test_highs_proves_iopddl_optima(name, limit, optimum):
 
     r = solve(load_problem(needs_iopddl(f"asplos-2025-iopddl-{name}.json.gz")), "mip-highs", time_limit=limit)
     assert r.status is Status.OPTIMAL and r.objective == r.bound == optimum
+
+
+def test_watchdog_kills_an_overrunning_child(tmp_path):
+    """CBC can overrun its own time limit in root processing; the watchdog kills the child that
+    carries the run's marker (started after the watchdog, as CBC is after PuLP writes the model)."""
+    import threading
+    import time
+
+    from stratopt.solvers.mip import _watchdog
+
+    done, kills = threading.Event(), []
+    threading.Thread(target=_watchdog, args=(str(tmp_path), 0.2, done, kills), daemon=True).start()
+    time.sleep(0.5)  # the grace period is over before the child exists
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)])
+    start = time.perf_counter()
+    child.wait(timeout=30)
+    done.set()
+    assert child.returncode != 0 and kills == [child.pid] and time.perf_counter() - start < 5

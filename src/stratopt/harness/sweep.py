@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -174,6 +175,16 @@ def run_sweep(
 def _with_progress(items: Iterable[dict[str, Any]], total: int, show: bool) -> Iterator[dict[str, Any]]:
     if not show:
         yield from items
+        return
+    if not sys.stderr.isatty():  # a log file gets one plain line per finished task
+        for k, record in enumerate(items, 1):
+            print(
+                f"[{k}/{total}] {record['instance']} p={record['procs']} {record['solver']}: {record['status']}"
+                f" ({record.get('seconds', '-')} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            yield record
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -76,13 +78,15 @@ def map_highs_status(name: str, has_solution: bool) -> tuple[Status, Limit | Non
 def map_cbc_status(word: str, has_solution: bool) -> tuple[Status, Limit | None]:
     """Our status for the first word of CBC's solution file (the words PuLP's CBC reader knows:
     "Optimal", "Infeasible", "Integer" (infeasible), "Unbounded", "Stopped") and whether the
-    file holds a feasible solution."""
+    file holds a feasible solution; "Killed" is ours, for a run the watchdog stopped)."""
     if word == "Optimal":
         return Status.OPTIMAL, None
     if word in ("Infeasible", "Integer"):
         return Status.INFEASIBLE, None
     if word == "Stopped":
         return (Status.FEASIBLE if has_solution else Status.NO_SOLUTION), Limit.TIME
+    if word == "Killed":  # our watchdog ended a run that overran its time limit
+        return Status.NO_SOLUTION, Limit.TIME
     return Status.ERROR, None
 
 
@@ -189,6 +193,12 @@ class _Mip:
             return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
         if bound is not None:
             bound = _bound(problem, bound + form.constant)
+        if status is Status.NO_SOLUTION and start is not None:
+            # The back-end kept nothing in time; the heuristic's feasible start is still an answer.
+            stats["answer_from"] = "hint"
+            return Result(
+                self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), bound=bound, limit=limit, stats=stats
+            )
         return Result(self.name, status, bound=bound, limit=limit, stats=stats)
 
     def _run(
@@ -261,14 +271,54 @@ class MipCbc(_Mip):
                     options=options,
                 )
             solver.tmpDir = tmp
-            model.solve(solver)
+            # CBC checks its time limit only between search steps and can overrun it by minutes
+            # in root processing; past a grace period a watchdog kills it (PuLP may still be
+            # writing the model file then, so the watchdog keeps looking until the solve ends).
+            done = threading.Event()
+            kills: list[int] = []
+            if time_limit is not None:
+                grace = time_limit + max(2.0, 0.05 * time_limit)
+                threading.Thread(target=_watchdog, args=(tmp, grace, done, kills), daemon=True).start()
+            try:
+                model.solve(solver)
+            except pulp.PulpSolverError:
+                if not kills:
+                    raise
+            finally:
+                done.set()
+            killed = bool(kills)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        word = _cbc_result_word(text, model)
+        word = "Killed" if killed else _cbc_result_word(text, model)
         has_solution = model.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         status, limit = map_cbc_status(word, has_solution)
         if log:
             print(text)
         return status, limit, _cbc_bound(text), {"cbc_status": word}
+
+
+def _watchdog(marker: str, after: float, done: threading.Event, kills: list[int]) -> None:
+    """From ``after`` seconds on, until ``done`` is set, kill the children running with ``marker``."""
+    if done.wait(after):
+        return
+    while not done.is_set():
+        kills.extend(_kill_children(marker))
+        done.wait(0.2)
+
+
+def _kill_children(marker: str) -> list[int]:
+    """Kill this process's children whose command line mentions ``marker``; their pids (Linux
+    /proc; nothing where /proc is missing)."""
+    me = str(os.getpid())
+    killed = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            if ppid == me and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return killed
 
 
 def _cbc_result_word(text: str, model: Any) -> str:
