@@ -71,7 +71,11 @@ def gaps(rows: Sequence[tuple[str, str, float]], path: str | os.PathLike[str]) -
         ax.bar(xs, [100 * by_case[c] for c in cases if c in by_case], width=width, label=solver)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases, rotation=60, ha="right", fontsize="small")
     ax.set_ylabel("gap to the proven optimum (%)")
-    ax.set_title("heuristic optimality gaps" if rows else "heuristic optimality gaps (none: every answer optimal)")
+    ax.set_title(
+        "gaps of answers without a proof (heuristics, time-limited exact runs)"
+        if rows
+        else "no unproven answers: every answer optimal"
+    )
     ax.grid(True, axis="y", alpha=0.3)
     if solvers:
         ax.legend(fontsize="small")
