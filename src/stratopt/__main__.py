@@ -1,8 +1,6 @@
 """python -m stratopt: the same as the stratopt command."""
 
-import sys
-
-from stratopt.cli import main
+from stratopt.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -399,6 +400,8 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
         f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, "
         f"{time.perf_counter() - start:.1f} s in all"
     )
+    global _PROMPT_EXIT
+    _PROMPT_EXIT = True
     if result.status in (Status.OPTIMAL, Status.FEASIBLE) and result.assignment is not None:
         print("[" + ", ".join(map(str, result.assignment)) + "]", flush=True)
         return _OK
@@ -533,8 +536,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Set by ``iopddl`` once its answer is printed: :func:`entry` then ends the process at once.
+_PROMPT_EXIT = False
+
+
+def entry() -> NoReturn:
+    """The ``stratopt`` console script and ``python -m stratopt``: :func:`main`, then exit.
+
+    After ``iopddl`` has printed its answer the process leaves without tearing down what the
+    solvers built (seconds for a large model), because the contest's clock runs until it ends.
+    """
+    code = main()
+    if _PROMPT_EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``stratopt`` console script; returns the exit code."""
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -174,13 +174,18 @@ class _Mip:
 
         stats["build_seconds"] = round(time.perf_counter() - started, 3)
         remaining = None if time_limit is None else time_limit - (time.perf_counter() - started)
-        if time_limit is not None and remaining is not None and remaining <= 0.05 * time_limit and start is not None:
-            # Building the model used the time: hand the back-end nothing, answer with the start.
-            stats["answer_from"] = "hint"
-            return Result(self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), limit=Limit.TIME, stats=stats)
         # The back-end loads the model (PuLP hands it over one variable at a time) before its own
-        # clock starts; that costs about as long again as building it, so it is set aside.
-        remaining = None if remaining is None else max(0.01, remaining - stats["build_seconds"])
+        # clock starts; that costs about as long again as building it, so it is set aside, and
+        # when even that does not fit, the back-end is skipped and the start is the answer.
+        if remaining is not None:
+            remaining -= stats["build_seconds"]
+            if remaining <= 0 and start is not None:
+                stats["answer_from"] = "hint"
+                stats["skipped"] = "no time left to hand the model to the back-end"
+                return Result(
+                    self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), limit=Limit.TIME, stats=stats
+                )
+            remaining = max(0.01, remaining)
         status, limit, bound, backend = self._run(
             model, remaining, seed, threads or os.cpu_count() or 1, start is not None, log
         )
