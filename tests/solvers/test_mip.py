@@ -187,3 +187,12 @@ def test_watchdog_kills_an_overrunning_child(tmp_path):
     child.wait(timeout=30)
     done.set()
     assert child.returncode != 0 and kills == [child.pid] and time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("name", MIPS)
+def test_no_time_to_hand_over_the_model(name):
+    """When building the model used the whole budget, the back-end is skipped and greedy's start
+    answers (FEASIBLE, stopped by time), instead of overrunning the limit."""
+    r = solve(load_problem("example"), name, time_limit=1e-6)
+    assert r.status is Status.FEASIBLE and r.limit is Limit.TIME
+    assert r.stats["answer_from"] == "hint" and "skipped" in r.stats and r.objective >= 445
