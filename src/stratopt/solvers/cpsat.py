@@ -11,7 +11,7 @@ import numpy as np
 
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.formulation import Formulation, build
+from stratopt.solvers.formulation import Formulation, Key, build
 from stratopt.solvers.greedy import greedy_start
 
 __all__ = ["CpSat", "map_status"]
@@ -67,43 +67,18 @@ class CpSat:
         stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows, scale=scale, rounding_error=error)
 
         model = cp_model.CpModel()
-        x: dict[tuple[int, int], Any] = {}
+        lits: dict[Key, Any] = {}
         objective = []
-        for v, (cs, cost) in enumerate(zip(form.choices, form.costs, strict=True)):
-            if len(cs) == 0:
-                continue
-            lits = []
-            for c, w in zip(cs.tolist(), cost.tolist(), strict=True):
-                lit = model.new_bool_var(f"x{v}_{c}")
-                x[(v, c)] = lit
-                lits.append(lit)
-                objective.append((lit, round(w * scale)))
-            model.add_exactly_one(lits)
-        y: list[list[tuple[int, int, Any]]] = []
-        for e, (u, v, pairs, cost) in enumerate(form.edges):
-            rows: dict[int, list[Any]] = {}
-            cols: dict[int, list[Any]] = {}
-            lits_e = []
-            for (a, b), w in zip(pairs.tolist(), cost.tolist(), strict=True):
-                lit = model.new_bool_var(f"y{e}_{a}_{b}")
-                rows.setdefault(a, []).append(lit)
-                cols.setdefault(b, []).append(lit)
-                lits_e.append((a, b, lit))
-                objective.append((lit, round(w * scale)))
-            y.append(lits_e)
-            for a in form.choices[u].tolist():
-                model.add(sum(rows.get(a, [])) == x[(u, a)])
-            for b in form.choices[v].tolist():
-                model.add(sum(cols.get(b, [])) == x[(v, b)])
-        if form.usages is not None:
-            for members, room in form.usage_rows:
-                terms = [
-                    x[(v, c)] * int(use)
-                    for v in members.tolist()
-                    for c, use in zip(form.choices[v].tolist(), form.usages[v].tolist(), strict=True)
-                    if use
-                ]
-                model.add(sum(terms) <= math.floor(room))
+        for key, w in form.variables():
+            lits[key] = model.new_bool_var(("x{}_{}" if len(key) == 2 else "y{}_{}_{}").format(*key))
+            objective.append((lits[key], round(w * scale)))
+        for _, kind, terms, rhs in form.rows():
+            if kind == "one":
+                model.add_exactly_one([lits[k] for k, _ in terms])
+            elif kind == "marginal":
+                model.add(sum(int(coef) * lits[k] for k, coef in terms) == 0)
+            else:
+                model.add(sum(int(coef) * lits[k] for k, coef in terms) <= math.floor(rhs))
         model.minimize(sum(coef * lit for lit, coef in objective if coef))
 
         start = None
@@ -111,11 +86,8 @@ class CpSat:
             start = greedy_start(problem)
             if start is not None:
                 stats["hint_objective"] = evaluate(problem, start).objective
-                for (v, c), lit in x.items():
-                    model.add_hint(lit, bool(start[v] == c))
-                for (u, v, _, _), lits_e in zip(form.edges, y, strict=True):
-                    for a, b, lit in lits_e:
-                        model.add_hint(lit, bool(start[u] == a and start[v] == b))
+                for key, value in form.values(start):
+                    model.add_hint(lits[key], bool(value))
 
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = num_workers or os.cpu_count() or 1
@@ -130,7 +102,7 @@ class CpSat:
         status, limit = map_status(solver.status_name(code))
         stats["cpsat_status"] = solver.status_name(code)
         if status in (Status.OPTIMAL, Status.FEASIBLE):
-            picked = {v: c for (v, c), lit in x.items() if solver.boolean_value(lit)}
+            picked = {key[0]: key[1] for key, lit in lits.items() if len(key) == 2 and solver.boolean_value(lit)}
             assignment = tuple(form.assignment(picked))
             bound = None
             if status is Status.FEASIBLE:

@@ -16,13 +16,18 @@ memory) are dropped; an edge that forbids nothing and whose cost splits as ``f(a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from stratopt.problem import FORBIDDEN, StrategyProblem, float_costs
 
-__all__ = ["Formulation", "build"]
+__all__ = ["Formulation", "Key", "build"]
+
+#: A variable of the model: ``(v, c)`` for ``x[v, c]``; ``(e, a, b)`` for the pair variable of
+#: ``edges[e]`` with choices ``a`` and ``b`` at its two ends.
+Key = tuple[int, ...]
 
 
 @dataclass
@@ -49,6 +54,52 @@ class Formulation:
     def assignment(self, picked: dict[int, int]) -> list[int]:
         """A full assignment from the choices picked for the free vertices."""
         return [self.fixed[v] if v in self.fixed else picked[v] for v in range(len(self.choices))]
+
+    def variables(self) -> Iterator[tuple[Key, float]]:
+        """Every variable with its objective coefficient: the x of each free vertex, then the
+        pair variables of each edge."""
+        for v, (cs, cost) in enumerate(zip(self.choices, self.costs, strict=True)):
+            for c, w in zip(cs.tolist(), cost.tolist(), strict=True):
+                yield (v, c), w
+        for e, (_, _, pairs, cost) in enumerate(self.edges):
+            for (a, b), w in zip(pairs.tolist(), cost.tolist(), strict=True):
+                yield (e, a, b), w
+
+    def rows(self) -> Iterator[tuple[str, str, list[tuple[Key, float]], float]]:
+        """Every row as ``(name, kind, terms, rhs)``: kind ``"one"`` (sum of terms == 1, one per
+        free vertex), ``"marginal"`` (== 0: the pair variables with choice ``a`` at one end minus
+        that end's ``x``) or ``"usage"`` (<= rhs)."""
+        for v, cs in enumerate(self.choices):
+            if len(cs):
+                yield f"one{v}", "one", [((v, c), 1.0) for c in cs.tolist()], 1.0
+        for e, (u, v, pairs, _) in enumerate(self.edges):
+            rows: dict[int, list[tuple[Key, float]]] = {}
+            cols: dict[int, list[tuple[Key, float]]] = {}
+            for a, b in pairs.tolist():
+                rows.setdefault(a, []).append(((e, a, b), 1.0))
+                cols.setdefault(b, []).append(((e, a, b), 1.0))
+            for a in self.choices[u].tolist():
+                yield f"r{e}_{a}", "marginal", [*rows.get(a, []), ((u, a), -1.0)], 0.0
+            for b in self.choices[v].tolist():
+                yield f"c{e}_{b}", "marginal", [*cols.get(b, []), ((v, b), -1.0)], 0.0
+        if self.usages is not None:
+            for i, (members, room) in enumerate(self.usage_rows):
+                terms: list[tuple[Key, float]] = [
+                    ((v, c), use)
+                    for v in members.tolist()
+                    for c, use in zip(self.choices[v].tolist(), self.usages[v].tolist(), strict=True)
+                    if use
+                ]
+                yield f"use{i}", "usage", terms, room
+
+    def values(self, assignment: np.ndarray) -> Iterator[tuple[Key, int]]:
+        """The 0/1 value of every variable under a full assignment (a solver's hint)."""
+        for key, _ in self.variables():
+            if len(key) == 2:
+                yield key, int(assignment[key[0]] == key[1])
+            else:
+                u, v, _, _ = self.edges[key[0]]
+                yield key, int(assignment[u] == key[1] and assignment[v] == key[2])
 
     @property
     def num_x(self) -> int:

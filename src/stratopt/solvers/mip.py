@@ -28,7 +28,7 @@ from typing import Any
 
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.formulation import build
+from stratopt.solvers.formulation import Key, build
 from stratopt.solvers.greedy import greedy_start
 
 __all__ = ["MipCbc", "MipHighs", "map_cbc_status", "map_highs_status"]
@@ -120,57 +120,27 @@ class _Mip:
             return Result(self.name, Status.OPTIMAL, assignment=tuple(form.assignment({})), stats=stats)
 
         model = pulp.LpProblem("stratopt", pulp.LpMinimize)
-        x: dict[tuple[int, int], pulp.LpVariable] = {}
-        terms: list[tuple[pulp.LpVariable, float]] = []
-        for v, (cs, cost) in enumerate(zip(form.choices, form.costs, strict=True)):
-            if len(cs) == 0:
-                continue
-            row = []
-            for c, w in zip(cs.tolist(), cost.tolist(), strict=True):
-                var = model.add_variable(f"x{v}_{c}", 0, 1, cat=pulp.LpBinary)
-                x[(v, c)] = var
-                row.append((var, 1))
-                if w:
-                    terms.append((var, w))
-            model += pulp.LpAffineExpression(row) == 1, f"one{v}"
-        y: list[list[tuple[int, int, pulp.LpVariable]]] = []
-        for e, (u, v, pairs, cost) in enumerate(form.edges):
-            rows: dict[int, list[tuple[pulp.LpVariable, int]]] = {}
-            cols: dict[int, list[tuple[pulp.LpVariable, int]]] = {}
-            vars_e = []
-            for (a, b), w in zip(pairs.tolist(), cost.tolist(), strict=True):
-                var = model.add_variable(f"y{e}_{a}_{b}", 0)
-                rows.setdefault(a, []).append((var, 1))
-                cols.setdefault(b, []).append((var, 1))
-                vars_e.append((a, b, var))
-                if w:
-                    terms.append((var, w))
-            y.append(vars_e)
-            for a in form.choices[u].tolist():
-                model += pulp.LpAffineExpression([*rows.get(a, []), (x[(u, a)], -1)]) == 0, f"r{e}_{a}"
-            for b in form.choices[v].tolist():
-                model += pulp.LpAffineExpression([*cols.get(b, []), (x[(v, b)], -1)]) == 0, f"c{e}_{b}"
-        if form.usages is not None:
-            for i, (members, room) in enumerate(form.usage_rows):
-                use = [
-                    (x[(v, c)], u)
-                    for v in members.tolist()
-                    for c, u in zip(form.choices[v].tolist(), form.usages[v].tolist(), strict=True)
-                    if u
-                ]
-                model += pulp.LpAffineExpression(use) <= room, f"use{i}"
-        model += pulp.LpAffineExpression(terms)
+        var: dict[Key, pulp.LpVariable] = {}
+        objective = []
+        for key, w in form.variables():
+            if len(key) == 2:
+                var[key] = model.add_variable("x{}_{}".format(*key), 0, 1, cat=pulp.LpBinary)
+            else:
+                var[key] = model.add_variable("y{}_{}_{}".format(*key), 0)
+            if w:
+                objective.append((var[key], w))
+        for name, kind, terms, rhs in form.rows():
+            expr = pulp.LpAffineExpression([(var[k], coef) for k, coef in terms])
+            model += (expr <= rhs if kind == "usage" else expr == rhs), name
+        model += pulp.LpAffineExpression(objective)
 
         start = None
         if hint:
             start = greedy_start(problem)
             if start is not None:
                 stats["hint_objective"] = evaluate(problem, start).objective
-                for (v, c), var in x.items():
-                    var.setInitialValue(1 if start[v] == c else 0)
-                for (u, v, _, _), vars_e in zip(form.edges, y, strict=True):
-                    for a, b, var in vars_e:
-                        var.setInitialValue(1 if start[u] == a and start[v] == b else 0)
+                for key, value in form.values(start):
+                    var[key].setInitialValue(value)
 
         stats["build_seconds"] = round(time.perf_counter() - started, 3)
         remaining = None if time_limit is None else time_limit - (time.perf_counter() - started)
@@ -191,10 +161,11 @@ class _Mip:
         )
         stats.update(backend)
         if status in (Status.OPTIMAL, Status.FEASIBLE):
-            picked = {}
-            for (v, c), var in x.items():
-                if var.varValue is not None and var.varValue > _HALF:
-                    picked[v] = c
+            picked = {
+                key[0]: key[1]
+                for key, x in var.items()
+                if len(key) == 2 and x.varValue is not None and x.varValue > _HALF
+            }
             if len(picked) != sum(1 for cs in form.choices if len(cs)):
                 stats["error"] = "the back-end's solution leaves a vertex without a choice"
                 return Result(self.name, Status.ERROR, stats=stats)
