@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 from stratopt import __version__
 from stratopt.errors import ModelError, StratoptError
 from stratopt.graph.ir import Graph
-from stratopt.instances import BUILTIN, list_models, load_instance, load_problem
+from stratopt.instances import BUILTIN, list_models, list_placements, load_instance, load_problem
+from stratopt.placement.instance import PlacementInstance
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers import registry, solve, solve_auto
 from stratopt.solvers.base import Result, Status
@@ -88,6 +89,19 @@ _GRAPH_OPTIONS = ("procs", "profile", "machine", "memory")
 def _load(args: argparse.Namespace) -> tuple[StrategyProblem, Any]:
     """The problem to solve and, for an operator graph, its :class:`~stratopt.cost.Costing`."""
     loaded = load_instance(args.instance)
+    if isinstance(loaded, PlacementInstance):
+        from stratopt.placement import to_problem
+
+        given = [f"--{opt}" for opt in _GRAPH_OPTIONS if getattr(args, opt, None) is not None]
+        if given or getattr(args, "explain", False):
+            raise ModelError(
+                f"{args.instance}: {', '.join(given) or '--explain'} apply to operator graphs, not to a placement"
+            )
+        _stderr(
+            f"{loaded.name}: a placement instance, solved in its additive view (choices = devices; cost = total "
+            "compute + transfer time, not the makespan: see 'stratopt place')"
+        )
+        return to_problem(loaded), None
     if isinstance(loaded, StrategyProblem):
         given = [f"--{opt}" for opt in _GRAPH_OPTIONS if getattr(args, opt, None) is not None]
         if given:
@@ -303,6 +317,7 @@ def _models_cmd(args: argparse.Namespace) -> int:
         _emit_json(
             {
                 "networks": [{"name": n, **h} for n, h in models],
+                "placements": [{"name": n, **h} for n, h in list_placements()],
                 "problems": [{"name": n, "description": d} for n, (_, d) in sorted(BUILTIN.items())],
             }
         )
@@ -317,12 +332,145 @@ def _models_cmd(args: argparse.Namespace) -> int:
         table.add_row(name, str(head["operators"]), str(head["edges"]), str(head["source"]))
     console = Console(soft_wrap=True)
     console.print(table)
+    placements = Table(title="placement jobs (stratopt place NAME --algo A)")
+    for col in ("name", "nodes", "edges", "devices"):
+        placements.add_column(col, justify="right" if col in ("nodes", "edges") else "left")
+    for name, head in list_placements():
+        placements.add_row(name, str(head["nodes"]), str(head["edges"]), str(head["devices"]))
+    console.print(placements)
     problems = Table(title="built-in problems")
     problems.add_column("name")
     problems.add_column("description")
     for name, (_, desc) in sorted(BUILTIN.items()):
         problems.add_row(name, desc)
     console.print(problems)
+    return _OK
+
+
+def _load_placement(instance: str) -> PlacementInstance:
+    loaded = load_instance(instance)
+    if not isinstance(loaded, PlacementInstance):
+        raise ModelError(
+            f'{instance}: not a placement instance (expected a file with "format": "stratopt-placement" '
+            "or a placement job from 'stratopt models')"
+        )
+    return loaded
+
+
+def _place_cmd(args: argparse.Namespace) -> int:
+    from stratopt.placement import ALGORITHMS, place
+
+    inst = _load_placement(args.instance)
+    if args.algo not in ALGORITHMS:
+        raise ModelError(f"unknown placement algorithm {args.algo!r}; choose from: {', '.join(ALGORITHMS)}")
+    _stderr(
+        f"{inst.name}: {inst.num_nodes} nodes, {len(inst.edges)} edges, {inst.num_devices} devices; placing with {args.algo}"
+    )
+    result = place(inst, args.algo, time_limit=args.time_limit, seed=args.seed)
+    if args.json:
+        _emit_json(result.to_dict())
+        return _OK
+    from rich.console import Console
+    from rich.table import Table
+
+    use: dict[str, list[str]] = {}
+    for j, i in enumerate(result.placement):
+        use.setdefault(inst.devices[i].name, []).append(inst.nodes[j])
+    table = Table(title=f"{inst.name}: {args.algo}")
+    table.add_column("device")
+    table.add_column("nodes", justify="right")
+    table.add_column("busy", justify="right")
+    table.add_column("first nodes")
+    for i, d in enumerate(inst.devices):
+        nodes = use.get(d.name, [])
+        if nodes:
+            busy = sum(float(inst.cost[inst.nodes.index(v), i]) for v in nodes)
+            table.add_row(
+                d.name, str(len(nodes)), f"{busy:g}", ", ".join(nodes[:6]) + (" ..." if len(nodes) > 6 else "")
+            )
+    Console(soft_wrap=True).print(table)
+    bound = "" if result.bound is None else f", proven bound {result.bound:g}"
+    print(
+        f"makespan {result.makespan:g} ({result.status}{bound}); seed 004's JCT {result.jct:g}; placed in {result.wall_time:.3f} s"
+    )
+    if not result.fits_memory:
+        print("note: this placement exceeds some device's memory (only etf and cpsat honour memory)")
+    return _OK
+
+
+def _read_placement_file(inst: PlacementInstance, text: str) -> tuple[list[int], list[list[int]] | None]:
+    """A node -> device map, from a JSON file or string; a 'place --json' object works too (its
+    device order is then used)."""
+    path = Path(text)
+    try:
+        raw = path.read_text(encoding="utf-8") if path.exists() else text
+        data = json.loads(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{text}: not a readable JSON file or object ({exc})") from None
+    order_in = None
+    if isinstance(data, dict) and isinstance(data.get("placement"), dict):
+        order_in = data.get("order")
+        data = data["placement"]
+    if not isinstance(data, dict):
+        raise ModelError(f"{text}: expected a JSON object mapping node name to device name")
+    index = {v: j for j, v in enumerate(inst.nodes)}
+    for v in data:
+        if v not in index:
+            raise ModelError(f"{text}: node {v!r} is not in {inst.name}")
+    missing = [v for v in inst.nodes if v not in data]
+    if missing:
+        raise ModelError(
+            f"{text}: no device for node {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        )
+    placement = []
+    for v in inst.nodes:
+        if not isinstance(data[v], str):
+            raise ModelError(f"{text}: node {v!r}: device {data[v]!r} is not a device name")
+        placement.append(inst.device_index(data[v]))
+    order: list[list[int]] | None = None
+    if isinstance(order_in, dict):
+        order = [[] for _ in inst.devices]
+        for dev, nodes in order_in.items():
+            if not isinstance(nodes, list) or not all(isinstance(v, str) and v in index for v in nodes):
+                raise ModelError(f"{text}: order of {dev!r} must list node names of {inst.name}")
+            order[inst.device_index(dev)] = [index[v] for v in nodes]
+    return placement, order
+
+
+def _simulate_cmd(args: argparse.Namespace) -> int:
+    from stratopt.placement import check_schedule, jct, simulate
+
+    inst = _load_placement(args.instance)
+    placement, order = _read_placement_file(inst, args.placement)
+    schedule = simulate(inst, placement, order)
+    problems = check_schedule(inst, schedule)
+    if problems:  # the simulator and the checker disagree: a bug, not bad input
+        raise AssertionError(f"simulated schedule fails its check: {problems[0]}")
+    tasks = [
+        {
+            "name": inst.nodes[j],
+            "device": inst.devices[schedule.placement[j]].name,
+            "start": schedule.start[j],
+            "end": schedule.end[j],
+        }
+        for j in sorted(range(inst.num_nodes), key=lambda j: (schedule.start[j], j))
+    ]
+    if args.json:
+        _emit_json(
+            {
+                "makespan": schedule.makespan,
+                "jct": jct(inst, placement),
+                "policy": "order" if order else "dispatch",
+                "tasks": tasks,
+            }
+        )
+        return _OK
+    how = "the given device order" if order else "dispatch in order of readiness"
+    print(f"{inst.name}: makespan {schedule.makespan:g} ({how}); seed 004's JCT {jct(inst, placement):g}")
+    for task in tasks[: args.show]:
+        print(f"  {task['start']:>12g} {task['end']:>12g}  {task['device']:>8s}  {task['name']}")
+    if len(tasks) > args.show:
+        print(f"  ... {len(tasks) - args.show} more (--json prints all)")
     return _OK
 
 
@@ -445,9 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "models",
-        help="list the networks in models/ and the built-in problems",
+        help="list the networks and placement jobs in models/ and the built-in problems",
         description="List the networks (operator graphs in models/) with their vertex and edge counts, "
-        "and the built-in problems.",
+        "the placement jobs, and the built-in problems.",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_models_cmd)
@@ -521,6 +669,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default="stratopt-demo.png", metavar="FILE", help="where to write the plot (PNG)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
     p.set_defaults(func=_demo_cmd)
+
+    from stratopt.placement import ALGORITHMS
+
+    p = sub.add_parser(
+        "place",
+        help="place a job graph on heterogeneous devices (seed 004 and its anchors)",
+        description="Place every node of a job graph on one device: makespan (simulated), seed 004's JCT, "
+        "and for cpsat the proven bound. Algorithms: " + "; ".join(f"{k}: {v}" for k, v in ALGORITHMS.items()),
+    )
+    p.add_argument(
+        "instance", metavar="INSTANCE", help="a placement job from 'stratopt models' or a stratopt-placement JSON file"
+    )
+    p.add_argument(
+        "--algo", "-a", default="heuristic", metavar="NAME", help=f"one of {', '.join(ALGORITHMS)} (default heuristic)"
+    )
+    p.add_argument(
+        "--time-limit", "-t", type=_positive_seconds, default=30.0, metavar="SEC", help="seconds for cpsat (default 30)"
+    )
+    p.add_argument("--seed", type=int, help="seed for CP-SAT's search")
+    p.add_argument(
+        "--json", action="store_true", help='print one JSON object {"algorithm", "placement", "makespan", "jct", ...}'
+    )
+    p.set_defaults(func=_place_cmd)
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a placement: start and end of every node",
+        description="Run a placement: each node starts when its device is free and its inputs have arrived "
+        "(plus bytes/bandwidth across devices). A bare node -> device map is dispatched in order of readiness; "
+        "a 'place --json' object keeps its device order.",
+    )
+    p.add_argument(
+        "instance", metavar="INSTANCE", help="a placement job from 'stratopt models' or a stratopt-placement JSON file"
+    )
+    p.add_argument(
+        "--placement",
+        required=True,
+        metavar="FILE",
+        help="JSON mapping node name to device name, or a 'place --json' output",
+    )
+    p.add_argument(
+        "--show", type=_positive_int, default=20, metavar="N", help="tasks to print without --json (default 20)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"makespan", "jct", "policy", "tasks": [{"name", "device", "start", "end"}]}',
+    )
+    p.set_defaults(func=_simulate_cmd)
 
     p = sub.add_parser(
         "iopddl",

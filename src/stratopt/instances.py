@@ -1,7 +1,9 @@
 """Resolve an INSTANCE argument: a built-in problem, a network in ``models/``, or a path.
 
 Files are detected by content: an object with a ``problem`` field is an IOPDDL problem; one with
-``"format": "stratopt-graph"`` is an operator graph (priced by :func:`stratopt.cost.build`).
+``"format": "stratopt-graph"`` is an operator graph (priced by :func:`stratopt.cost.build`); one with
+``"format": "stratopt-placement"`` is a placement instance (:mod:`stratopt.placement`), which
+:func:`load_problem` turns into its additive view.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 from stratopt.errors import ModelError
 from stratopt.graph.io import graph_from_dict, is_graph_dict
 from stratopt.graph.ir import Graph
+from stratopt.placement.instance import PlacementInstance, is_placement_dict, placement_from_dict
 from stratopt.problem import StrategyProblem, _read_json, from_iopddl_dict
 
-__all__ = ["BUILTIN", "list_models", "load_instance", "load_problem", "models_dir"]
+__all__ = ["BUILTIN", "list_models", "list_placements", "load_instance", "load_problem", "models_dir"]
 
 #: Built-in instances shipped inside the package: name -> (file, one-line description).
 BUILTIN: dict[str, tuple[str, str]] = {
@@ -62,6 +65,39 @@ def list_models() -> list[tuple[str, dict[str, object]]]:
     return found
 
 
+def list_placements() -> list[tuple[str, dict[str, object]]]:
+    """``(name, header)`` per placement instance in :func:`models_dir`: node, edge and device counts."""
+    from stratopt.placement.instance import is_placement_dict
+
+    found = []
+    directory = models_dir()
+    if not directory.is_dir():
+        return []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelError(f"{path}: not readable JSON ({exc})") from None
+        if not is_placement_dict(data):
+            continue
+        devices = data.get("devices", [])
+        kinds: dict[str, int] = {}
+        for d in devices:
+            kinds[d.get("kind", "?")] = kinds.get(d.get("kind", "?"), 0) + 1
+        found.append(
+            (
+                path.name.removesuffix(".json"),
+                {
+                    "nodes": len(data.get("nodes", [])),
+                    "edges": len(data.get("edges", [])),
+                    "devices": " + ".join(f"{k} {kind}" for kind, k in kinds.items()),
+                    "source": data.get("source", ""),
+                },
+            )
+        )
+    return found
+
+
 def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
     text = os.fspath(instance)
     if text in BUILTIN:
@@ -73,13 +109,14 @@ def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
     if "/" not in text and model.exists():
         return text, model
     builtin = ", ".join(sorted(BUILTIN))
-    networks = ", ".join(name for name, _ in list_models()) or "none found"
-    raise ModelError(f"{text}: no such file, built-in instance ({builtin}) or network ({networks})")
+    networks = ", ".join(name for name, _ in list_models() + list_placements()) or "none found"
+    raise ModelError(f"{text}: no such file, built-in instance ({builtin}) or model ({networks})")
 
 
-def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph:
-    """A StrategyProblem (IOPDDL file or built-in) or an operator :class:`Graph` (network name
-    or graph file). Raises :class:`ModelError` naming the path on any problem.
+def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
+    """A StrategyProblem (IOPDDL file or built-in), an operator :class:`Graph` (network name
+    or graph file) or a :class:`~stratopt.placement.PlacementInstance`. Raises
+    :class:`ModelError` naming the path on any problem.
 
     Examples
     --------
@@ -94,9 +131,11 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph:
         return from_iopddl_dict(data, source=text)
     if is_graph_dict(data):
         return graph_from_dict(data, source=text)
+    if is_placement_dict(data):
+        return placement_from_dict(data, source=text)
     raise ModelError(
         f"{text}: not a recognised instance (expected IOPDDL JSON with a 'problem' object, "
-        'or an operator graph with "format": "stratopt-graph")'
+        'an operator graph with "format": "stratopt-graph" or a placement with "format": "stratopt-placement")'
     )
 
 
@@ -112,6 +151,10 @@ def load_problem(instance: str | os.PathLike[str]) -> StrategyProblem:
     5
     """
     loaded = load_instance(instance)
+    if isinstance(loaded, PlacementInstance):
+        from stratopt.placement import to_problem
+
+        return to_problem(loaded)
     if isinstance(loaded, Graph):
         raise ModelError(f"{os.fspath(instance)}: an operator graph; price it first (stratopt.cost.build or --procs)")
     return loaded

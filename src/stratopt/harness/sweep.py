@@ -70,6 +70,7 @@ def run_task(task: Task) -> dict[str, Any]:
     from stratopt.cost import build
     from stratopt.graph.ir import Graph
     from stratopt.instances import load_instance
+    from stratopt.problem import StrategyProblem
     from stratopt.solvers import solve
 
     record: dict[str, Any] = asdict(task)
@@ -81,8 +82,12 @@ def run_task(task: Task) -> dict[str, Any]:
             costing = build(loaded, task.procs or 8, profile=task.profile, machine=machine)
             problem = costing.problem
             record["units"] = costing.units
-        else:
+        elif isinstance(loaded, StrategyProblem):
             problem = loaded
+        else:
+            from stratopt.placement import to_problem
+
+            problem = to_problem(loaded)
         record.update(
             vertices=problem.num_vertices,
             edges=problem.num_edges,

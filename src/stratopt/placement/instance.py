@@ -203,8 +203,18 @@ class PlacementInstance:
                 return i
         raise ModelError(f"{self.name}: no device named {name!r} (devices: {', '.join(self.device_names)})")
 
+    def _cost_dict(self, j: int) -> dict[str, float | int]:
+        """Node j's costs keyed by device kind where every device of a kind agrees, else by name."""
+        by_kind: dict[str, set[float]] = {}
+        for d, x in zip(self.devices, self.cost[j].tolist(), strict=True):
+            by_kind.setdefault(d.kind, set()).add(x)
+        if all(len(v) == 1 for v in by_kind.values()):
+            return {kind: _num(next(iter(v))) for kind, v in by_kind.items()}
+        return {d.name: _num(x) for d, x in zip(self.devices, self.cost[j].tolist(), strict=True)}
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object :func:`placement_from_dict` reads back (costs per device name)."""
+        """The JSON object :func:`placement_from_dict` reads back (costs by device kind where the
+        kind's devices agree, else by device name)."""
         devices = []
         for d in self.devices:
             item: dict[str, Any] = {"name": d.name, "kind": d.kind}
@@ -216,7 +226,7 @@ class PlacementInstance:
             node: dict[str, Any] = {
                 "name": v,
                 "op": self.ops[j],
-                "cost": {d.name: _num(x) for d, x in zip(self.devices, self.cost[j], strict=False)},
+                "cost": self._cost_dict(j),
             }
             if self.node_memory[j]:
                 node["memory"] = _num(self.node_memory[j])
