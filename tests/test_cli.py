@@ -131,8 +131,9 @@ def test_console_script_runs():
     proc = subprocess.run([sys.executable, "-m", "stratopt", "solve", "nowhere.json"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith(
-        "stratopt: error: nowhere.json: no such file, built-in instance (example) or network (alexnet, gpt,"
+        "stratopt: error: nowhere.json: no such file, built-in instance (example), network (alexnet, gpt,"
     )
+    assert "placement job (inception3-large," in proc.stderr
 
 
 # The contest instances: each must get a feasible answer. greedy uses all the time it is given

@@ -3,7 +3,8 @@
 The core problem is a :class:`StrategyProblem` (one choice per vertex, node and edge costs,
 an optional usage limit); :mod:`stratopt.cost` builds one from an operator graph
 (:class:`GraphBuilder`, :func:`load_graph`, networks in ``models/``) on a :class:`Machine`; :func:`solve` runs any registered solver on it and returns a checked
-:class:`Result`; :func:`evaluate` prices an assignment exactly as the IOPDDL contest does.
+:class:`Result`; :func:`evaluate` prices an assignment exactly as the IOPDDL contest does; :func:`place` puts a job
+graph's operators on heterogeneous devices (:mod:`stratopt.placement`, seed 004 and its anchors).
 """
 
 from stratopt.errors import (
@@ -19,6 +20,7 @@ from stratopt.graph import Graph, GraphBuilder
 from stratopt.graph.io import load_graph, save_graph
 from stratopt.instances import load_instance, load_problem
 from stratopt.machine import MACHINES, Machine
+from stratopt.placement import Placement, PlacementInstance, place, read_placement
 from stratopt.problem import (
     FORBIDDEN,
     Evaluation,
@@ -44,6 +46,8 @@ __all__ = [
     "Machine",
     "ModelError",
     "NoSolutionError",
+    "Placement",
+    "PlacementInstance",
     "Result",
     "Solver",
     "SolverError",
@@ -58,7 +62,9 @@ __all__ = [
     "load_graph",
     "load_instance",
     "load_problem",
+    "place",
     "read_iopddl",
+    "read_placement",
     "save_graph",
     "solve",
     "write_iopddl",

@@ -109,8 +109,11 @@ def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
     if "/" not in text and model.exists():
         return text, model
     builtin = ", ".join(sorted(BUILTIN))
-    networks = ", ".join(name for name, _ in list_models() + list_placements()) or "none found"
-    raise ModelError(f"{text}: no such file, built-in instance ({builtin}) or model ({networks})")
+    networks = ", ".join(name for name, _ in list_models()) or "none found"
+    jobs = ", ".join(name for name, _ in list_placements()) or "none found"
+    raise ModelError(
+        f"{text}: no such file, built-in instance ({builtin}), network ({networks}) or placement job ({jobs})"
+    )
 
 
 def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
