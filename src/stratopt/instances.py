@@ -12,6 +12,7 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.io import graph_from_dict, is_graph_dict
@@ -43,58 +44,50 @@ def models_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "models"
 
 
-def list_models() -> list[tuple[str, dict[str, object]]]:
-    """``(name, header)`` per network file in :func:`models_dir`, sorted by name; the header
-    holds the graph's name, source and operator and edge counts."""
-    found = []
+def _model_files() -> list[tuple[str, Any]]:
+    """``(name, parsed JSON)`` for every ``*.json`` in :func:`models_dir`, sorted by name."""
     directory = models_dir()
     if not directory.is_dir():
         return []
+    found = []
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ModelError(f"{path}: not readable JSON ({exc})") from None
+        found.append((path.name.removesuffix(".json"), data))
+    return found
+
+
+def list_models() -> list[tuple[str, dict[str, object]]]:
+    """``(name, header)`` per network file in :func:`models_dir`, sorted by name; the header
+    holds the graph's name, source and operator and edge counts."""
+    found = []
+    for name, data in _model_files():
         if not is_graph_dict(data):
             continue
         ops = data.get("operators", [])
         edges = sum(1 for op in ops for t in op.get("inputs", []) if t.get("from") is not None)
-        found.append(
-            (path.name.removesuffix(".json"), {"source": data.get("source", ""), "operators": len(ops), "edges": edges})
-        )
+        found.append((name, {"source": data.get("source", ""), "operators": len(ops), "edges": edges}))
     return found
 
 
 def list_placements() -> list[tuple[str, dict[str, object]]]:
     """``(name, header)`` per placement instance in :func:`models_dir`: node, edge and device counts."""
-    from stratopt.placement.instance import is_placement_dict
-
     found = []
-    directory = models_dir()
-    if not directory.is_dir():
-        return []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ModelError(f"{path}: not readable JSON ({exc})") from None
+    for name, data in _model_files():
         if not is_placement_dict(data):
             continue
-        devices = data.get("devices", [])
         kinds: dict[str, int] = {}
-        for d in devices:
+        for d in data.get("devices", []):
             kinds[d.get("kind", "?")] = kinds.get(d.get("kind", "?"), 0) + 1
-        found.append(
-            (
-                path.name.removesuffix(".json"),
-                {
-                    "nodes": len(data.get("nodes", [])),
-                    "edges": len(data.get("edges", [])),
-                    "devices": " + ".join(f"{k} {kind}" for kind, k in kinds.items()),
-                    "source": data.get("source", ""),
-                },
-            )
-        )
+        header = {
+            "nodes": len(data.get("nodes", [])),
+            "edges": len(data.get("edges", [])),
+            "devices": " + ".join(f"{k} {kind}" for kind, k in kinds.items()),
+            "source": data.get("source", ""),
+        }
+        found.append((name, header))
     return found
 
 

@@ -96,8 +96,7 @@ class Placement:
     @property
     def fits_memory(self) -> bool:
         """Whether every device with a memory size holds no more than it."""
-        use = memory_use(self.instance, self.placement)
-        return all(d.memory is None or use[i] <= d.memory for i, d in enumerate(self.instance.devices))
+        return _fits(self.instance, self.placement)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``place --json`` object: DESIGN section 7's fields and a few more."""
