@@ -24,15 +24,29 @@ __all__ = [
 
 @dataclass(frozen=True)
 class VertexCosts:
-    """Per-configuration costs of one operator: compute and communication time, memory bytes."""
+    """Per-configuration costs of one operator: compute and communication time, memory bytes.
+
+    The simulator also needs to know *when* the communication happens: ``forward_comm`` is the part
+    on the forward path (the output's reduction over split k), ``grad_sync`` the weight-gradient
+    reduction that may overlap the rest of the backward pass; the remainder of ``comm`` is on the
+    backward path. A profile that does not say puts half on each path and nothing in ``grad_sync``.
+    """
 
     compute: np.ndarray
     comm: np.ndarray
     memory: np.ndarray
+    forward_comm: np.ndarray | None = None
+    grad_sync: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:
         return self.compute + self.comm
+
+    def phases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(forward, backward, gradient-sync) communication per configuration; they sum to ``comm``."""
+        fwd = self.comm / 2.0 if self.forward_comm is None else self.forward_comm
+        sync = np.zeros_like(self.comm) if self.grad_sync is None else self.grad_sync
+        return fwd, np.clip(self.comm - fwd - sync, 0.0, None), sync
 
 
 def layout(op: Operator, use: TensorUse, configs: np.ndarray) -> np.ndarray:

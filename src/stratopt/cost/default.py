@@ -67,7 +67,31 @@ class DefaultProfile:
         cfg = configs.astype(np.float64)
         handler = getattr(self, f"_{op.op}", self._layout)
         compute, comm = handler(op, cfg)
-        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
+        fwd = sync = None
+        if op.op in ("gemm", "conv", "lstm"):
+            fwd, sync = self._gemm_phases(op, cfg, comm)
+        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes), fwd, sync)
+
+    def _gemm_phases(self, op: Operator, cfg: np.ndarray, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, weight-gradient) parts of a product's communication (see VertexCosts)."""
+        a = op.attrs
+        if op.attrs.get("lookup"):
+            block = per_device(op, cfg)
+            rows = axes_product(block, op, a["batch"]) * axes_product(block, op, a["m"])
+            fwd = self._ar(rows * axes_product(block, op, a["n"]), axes_product(cfg, op, a["k"]))
+            return fwd, comm - fwd
+        g = gemm_shape(op, cfg)
+        fwd = self._ar(g.bb * g.m * g.n, g.ck)
+        sync = self._ar(g.bb * g.n * g.k, g.cm)
+        if op.op == "lstm":  # the cell relay happens once forward and once backward
+            fwd = fwd + (comm - fwd - sync - self._ar(g.bb * g.m * g.k, g.cn)) / 2.0
+        return fwd, sync
+
+    def message(self, words: float, same_node: bool) -> float:
+        """Microseconds for one point-to-point message of ``words`` values (the simulator's transfers)."""
+        m = self.machine
+        bw, lat = (m.intra_gbps, m.intra_latency_us) if same_node else (m.inter_gbps, m.inter_latency_us)
+        return words * self.dtype_bytes / (bw * 1e3) + lat
 
     def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if op.attrs.get("lookup"):

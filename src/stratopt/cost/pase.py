@@ -65,7 +65,18 @@ class PaseProfile:
             compute, comm = np.zeros(k), np.zeros(k)
         else:
             compute, comm = handler(op, configs.astype(np.float64))
-        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes))
+        fwd = sync = None
+        if op.op in ("gemm", "conv", "lstm"):
+            g = gemm_shape(op, configs.astype(np.float64))
+            fwd = g.bb * self.all_reduce(g.m * g.n, g.ck)
+            sync = g.bb * self.all_reduce(g.n * g.k, g.cm)
+            if op.op == "lstm":  # the cell relay happens once forward and once backward
+                fwd = fwd + (comm - fwd - sync) / 2.0 - g.bb * self.all_reduce(g.m * g.k, g.cn) / 2.0
+        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes), fwd, sync)
+
+    def message(self, words: float, same_node: bool) -> float:
+        """Time of one point-to-point message of ``words`` elements (the simulator's transfers)."""
+        return self.r * words
 
     def _gemm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # One GEMM forward and two backward; each fused pointwise op costs a forward, a backward
