@@ -1,0 +1,142 @@
+"""Timelines out: task rows, Chrome trace JSON (chrome://tracing, Perfetto) and a Gantt chart."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.sim.engine import Timeline
+
+__all__ = ["Event", "events", "gantt", "summary", "write_chrome_trace"]
+
+#: Colours of the Gantt chart by task kind.
+_COLOURS = {
+    "forward": "#4C78A8",
+    "backward": "#F58518",
+    "transfer": "#54A24B",
+    "grad-transfer": "#88D27A",
+    "collective": "#B279A2",
+    "grad-collective": "#D6A5C9",
+    "grad-sync": "#E45756",
+    "task": "#9D755D",
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One task as it ran: name, kind, resource (device or link), start and end."""
+
+    name: str
+    kind: str
+    resource: str
+    start: float
+    end: float
+
+
+def events(timeline: Timeline) -> list[Event]:
+    """Every task of ``timeline``, by start time (ties: rank)."""
+    g = timeline.graph
+    order = sorted(g.tasks(), key=lambda t: (timeline.start[t], g.rank[t]))
+    return [Event(g.name(t), g.kind(t), g.resource_names[g.res[t]], timeline.start[t], timeline.end[t]) for t in order]
+
+
+def summary(timeline: Timeline, *, top: int = 0) -> dict[str, Any]:
+    """Iteration time, per-device utilisation, link busy time and the critical path."""
+    g = timeline.graph
+    busy = timeline.busy()
+    path = timeline.critical_path()
+    links = {g.resource_names[r]: busy[r] for r in range(len(g.devices), g.num_resources) if busy[r] > 0}
+    out: dict[str, Any] = {
+        "iteration_time": timeline.makespan,
+        "tasks": g.count,
+        "utilisation": timeline.utilisation(),
+        "busiest_links": dict(sorted(links.items(), key=lambda kv: -kv[1])[: top or len(links)]),
+        "critical_path": [
+            {
+                "name": g.name(t),
+                "resource": g.resource_names[g.res[t]],
+                "start": timeline.start[t],
+                "end": timeline.end[t],
+            }
+            for t in path
+        ],
+    }
+    return out
+
+
+def write_chrome_trace(rows: Sequence[Event], path: str | os.PathLike[str], *, units: str = "us") -> None:
+    """Write the Trace Event Format (complete events, one thread per device or link); times are
+    written as microseconds, so a profile in other units shows its own numbers as microseconds."""
+    threads: dict[str, int] = {}
+    trace: list[dict[str, Any]] = []
+    for ev in rows:
+        tid = threads.setdefault(ev.resource, len(threads))
+        trace.append(
+            {
+                "name": ev.name,
+                "cat": ev.kind,
+                "ph": "X",
+                "ts": ev.start,
+                "dur": ev.end - ev.start,
+                "pid": 0 if "->" not in ev.resource else 1,
+                "tid": tid,
+            }
+        )
+    meta = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "devices"}},
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "links"}},
+    ]
+    for name, tid in threads.items():
+        pid = 0 if "->" not in name else 1
+        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"traceEvents": meta + trace, "displayTimeUnit": "ms", "otherData": {"units": units}}, fh)
+    except OSError as exc:
+        raise ModelError(f"cannot write the trace to {os.fspath(path)!r}: {exc.strerror}") from None
+
+
+def gantt(rows: Sequence[Event], path: str | os.PathLike[str], *, title: str, units: str = "us") -> None:
+    """A Gantt chart PNG: one row per device (and per busy link), bars coloured by task kind."""
+    from stratopt.plots import _pyplot
+
+    resources: list[str] = []
+    for ev in rows:
+        if ev.resource not in resources:
+            resources.append(ev.resource)
+    resources.sort(key=lambda r: ("->" in r, _natural(r)))
+    row = {r: i for i, r in enumerate(resources)}
+    plt = _pyplot()
+    height = max(2.5, 0.22 * len(resources) + 1.2)
+    fig, ax = plt.subplots(figsize=(11, min(height, 40)), layout="constrained")
+    by_kind: dict[str, list[tuple[float, float, int]]] = {}
+    for ev in rows:
+        if ev.end > ev.start:
+            by_kind.setdefault(ev.kind, []).append((ev.start, ev.end - ev.start, row[ev.resource]))
+    for kind, bars in by_kind.items():
+        colour = _COLOURS.get(kind, _COLOURS["task"])
+        for i, (x, w, y) in enumerate(bars):
+            ax.broken_barh([(x, w)], (y - 0.4, 0.8), facecolors=colour, label=kind if i == 0 else None)
+    ax.set_yticks(range(len(resources)))
+    ax.set_yticklabels(resources, fontsize=6 if len(resources) > 24 else 8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time ({units})")
+    ax.set_title(title)
+    ax.legend(loc="upper right", fontsize="small", ncols=4)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise ModelError(f"cannot write the chart to {os.fspath(path)!r}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    import re
+
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"(\d+)", name))
