@@ -401,9 +401,9 @@ def _place_cmd(args: argparse.Namespace) -> int:
 def _read_placement_file(inst: PlacementInstance, text: str) -> tuple[list[int], list[list[int]] | None]:
     """A node -> device map, from a JSON file or string; a 'place --json' object works too (its
     device order is then used)."""
-    path = Path(text)
     try:
-        raw = path.read_text(encoding="utf-8") if path.exists() else text
+        # Inline JSON first: a long object is no file name (and would fail as one).
+        raw = text if text.lstrip().startswith("{") else Path(text).read_text(encoding="utf-8")
         data = json.loads(raw)
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelError(f"{text}: not a readable JSON file or object ({exc})") from None
@@ -438,14 +438,126 @@ def _read_placement_file(inst: PlacementInstance, text: str) -> tuple[list[int],
 
 
 def _simulate_cmd(args: argparse.Namespace) -> int:
+    loaded = load_instance(args.instance)
+    if isinstance(loaded, PlacementInstance):
+        return _simulate_placement(args, loaded)
+    if args.placement is not None:
+        raise ModelError(f"{args.instance}: --placement applies to placement jobs; give --strategy or --solver")
+    costing = _costing(args, loaded, "simulate")
+    from stratopt.sim import StrategyTasks, check_timeline, simulate_tasks, summary
+
+    if args.strategy is not None and args.solver is not None:
+        raise ModelError("give --strategy or --solver, not both")
+    if args.strategy is not None:
+        from stratopt.sim import start_strategy
+
+        assignment = start_strategy(costing, _parse_assignment(args.strategy))
+        source = args.strategy
+    else:
+        solver = args.solver or "auto"
+        result = solve_auto(costing.problem) if solver == "auto" else solve(costing.problem, solver)
+        if result.assignment is None:
+            _stderr(f"{args.instance}: {solver} found no strategy ({result.status.value})")
+            return _NO_SOLUTION
+        assignment = [int(x) for x in result.assignment]
+        source = f"{result.solver} ({result.status.value})"
+    started = time.perf_counter()
+    tasks = StrategyTasks(costing, assignment)
+    timeline = simulate_tasks(tasks.graph)
+    took = time.perf_counter() - started
+    problems = check_timeline(timeline)
+    if problems:  # the simulator and the checker disagree: a bug, not bad input
+        raise AssertionError(f"simulated timeline fails its check: {problems[0]}")
+    info = summary(timeline, top=5)
+    units = costing.units
+    _write_timeline(args, timeline, f"{loaded.name} p={costing.policy.procs} ({source})", units)
+    additive = evaluate(costing.problem, assignment).objective
+    if args.json:
+        _emit_json(
+            {
+                "instance": args.instance,
+                "procs": costing.policy.procs,
+                "profile": costing.profile.name,
+                "units": units,
+                "strategy": {"source": source, "assignment": assignment},
+                "additive_cost": additive,
+                **info,
+                "wall_time": took,
+            }
+        )
+        return _OK
+    print(
+        f"{loaded.name} on {costing.policy.procs} devices, strategy from {source}: iteration time "
+        f"{timeline.makespan:,.1f} {units} simulated (additive model: {additive:,.1f}); "
+        f"{tasks.graph.count} tasks simulated in {took:.2f} s"
+    )
+    util = info["utilisation"]
+    print("device utilisation: " + ", ".join(f"{d} {u:.0%}" for d, u in util.items()))
+    path = info["critical_path"]
+    kinds: dict[str, float] = {}
+    for step in path:
+        kind = step["name"].split(" ")[0]
+        kinds[kind] = kinds.get(kind, 0.0) + step["end"] - step["start"]
+    print(
+        f"critical path: {len(path)} tasks; "
+        + ", ".join(f"{k} {v:,.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    )
+    if info["busiest_links"]:
+        print("busiest links: " + ", ".join(f"{k} {v:,.1f}" for k, v in info["busiest_links"].items()))
+    return _OK
+
+
+def _costing(args: argparse.Namespace, loaded: Any, command: str) -> Any:
+    """Price an operator graph for the simulator (default profile on h100 unless told)."""
+    if not isinstance(loaded, Graph):
+        raise ModelError(f"{args.instance}: {command} needs an operator graph (a network), not a bare problem file")
+    from stratopt.cost import build
+
+    profile = args.profile or "default"
+    machine = args.machine or ("pase" if profile == "pase" else "h100")
+    return build(loaded, args.procs or 8, profile=profile, machine=machine)
+
+
+def _write_timeline(args: argparse.Namespace, timeline: Any, title: str, units: str) -> None:
+    from stratopt.sim import events, gantt, write_chrome_trace
+
+    if args.trace is None and args.gantt is None:
+        return
+    rows = events(timeline)
+    if args.trace is not None:
+        write_chrome_trace(rows, args.trace, units=units)
+        _stderr(f"wrote {args.trace} ({len(rows)} events; open in Perfetto or chrome://tracing)")
+    if args.gantt is not None:
+        gantt(rows, args.gantt, title=title, units=units)
+        _stderr(f"wrote {args.gantt}")
+
+
+def _simulate_placement(args: argparse.Namespace, inst: PlacementInstance) -> int:
     from stratopt.placement import check_schedule, jct, simulate
 
-    inst = _load_placement(args.instance)
+    if args.placement is None:
+        raise ModelError(f"{args.instance}: a placement job needs --placement FILE (a node -> device map)")
+    given = [f"--{o}" for o in ("strategy", "solver", "procs", "profile", "machine") if getattr(args, o) is not None]
+    if given:
+        raise ModelError(f"{args.instance}: {', '.join(given)} apply to networks, not to a placement job")
     placement, order = _read_placement_file(inst, args.placement)
     schedule = simulate(inst, placement, order)
     problems = check_schedule(inst, schedule)
     if problems:  # the simulator and the checker disagree: a bug, not bad input
         raise AssertionError(f"simulated schedule fails its check: {problems[0]}")
+    if args.trace is not None or args.gantt is not None:
+        from stratopt.sim import Event, gantt, write_chrome_trace
+
+        rows = [
+            Event(inst.nodes[j], "task", inst.devices[schedule.placement[j]].name, schedule.start[j], schedule.end[j])
+            for j in sorted(range(inst.num_nodes), key=lambda j: (schedule.start[j], j))
+        ]
+        if args.trace is not None:
+            write_chrome_trace(rows, args.trace, units="time units")
+            _stderr(f"wrote {args.trace} ({len(rows)} events)")
+        if args.gantt is not None:
+            gantt(rows, args.gantt, title=inst.name, units="time units")
+            _stderr(f"wrote {args.gantt}")
     tasks = [
         {
             "name": inst.nodes[j],
@@ -471,6 +583,59 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
         print(f"  {task['start']:>12g} {task['end']:>12g}  {task['device']:>8s}  {task['name']}")
     if len(tasks) > args.show:
         print(f"  ... {len(tasks) - args.show} more (--json prints all)")
+    return _OK
+
+
+def _search_cmd(args: argparse.Namespace) -> int:
+    from stratopt.sim import mcmc, start_strategy
+
+    loaded = load_instance(args.instance)
+    costing = _costing(args, loaded, "search")
+    if args.budget is None and args.time_limit is None:
+        args.budget = 1000
+    how: Any = args.start
+    if how not in ("dp", "data-parallel"):
+        how = start_strategy(costing, _parse_assignment(how))
+    quiet = args.json
+
+    def progress(i: int, current: float, best: float) -> None:
+        if not quiet:
+            _stderr(f"search: {i} proposals, current {current:,.1f}, best {best:,.1f} {costing.units}")
+
+    r = mcmc(
+        costing, how, budget=args.budget, time_limit=args.time_limit, beta=args.beta, seed=args.seed, progress=progress
+    )
+    start_cost = evaluate(costing.problem, r.start).objective
+    best_cost = evaluate(costing.problem, r.best).objective
+    if args.json:
+        _emit_json(
+            {
+                "instance": args.instance,
+                "procs": costing.policy.procs,
+                "profile": costing.profile.name,
+                "units": costing.units,
+                "method": "mcmc",
+                "seed": r.seed,
+                "beta": r.beta,
+                "start": {"strategy": args.start, "iteration_time": r.start_time, "additive_cost": start_cost,
+                          "assignment": list(r.start)},
+                "best": {"iteration_time": r.best_time, "additive_cost": best_cost, "assignment": list(r.best)},
+                "iterations": r.iterations,
+                "accepted": r.accepted,
+                "improvements": r.improvements,
+                "wall_time": r.wall_time,
+            }
+        )  # fmt: skip
+        return _OK
+    gain = 1.0 - r.best_time / r.start_time if r.start_time else 0.0
+    print(
+        f"{loaded.name} on {costing.policy.procs} devices: MCMC from {args.start} ({r.iterations} proposals, "
+        f"{r.accepted} accepted, {r.wall_time:.1f} s, seed {r.seed})"
+    )
+    print(f"  start  {r.start_time:>14,.1f} {costing.units} simulated   {start_cost:>14,.1f} additive")
+    print(
+        f"  best   {r.best_time:>14,.1f} {costing.units} simulated   {best_cost:>14,.1f} additive   ({gain:.1%} faster)"
+    )
     return _OK
 
 
@@ -695,29 +860,85 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "simulate",
-        help="simulate a placement: start and end of every node",
-        description="Run a placement: each node starts when its device is free and its inputs have arrived "
-        "(plus bytes/bandwidth across devices). A bare node -> device map is dispatched in order of readiness; "
-        "a 'place --json' object keeps its device order.",
+        help="simulate a strategy's training step (or a placement): iteration time, utilisation, trace",
+        description="Build the task graph of a network's strategy (compute per partition, transfers on links, "
+        "collectives, gradient sync) and simulate one training step as FlexFlow does: iteration time, device "
+        "utilisation, critical path; optionally a Chrome trace and a Gantt chart. The strategy is the exact "
+        "optimum of the additive model unless --strategy or --solver says otherwise. For a placement job, "
+        "--placement gives the node -> device map.",
     )
     p.add_argument(
-        "instance", metavar="INSTANCE", help="a placement job from 'stratopt models' or a stratopt-placement JSON file"
+        "instance",
+        metavar="INSTANCE",
+        help="a network from 'stratopt models' or a stratopt-graph file; or a placement job / file",
     )
+    p.add_argument(
+        "--strategy",
+        metavar="FILE",
+        help="configuration index per operator: a 'solve --json' or 'search --json' output, a JSON list or '0,1,2'",
+    )
+    p.add_argument(
+        "--solver", "-s", metavar="S", help="solve the additive model with S for the strategy (default auto)"
+    )
+    p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")
+    p.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
+    p.add_argument(
+        "--machine", metavar="NAME", help="machine preset: pase, a100, h100 (default h100; pase for --profile pase)"
+    )
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
+    p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
     p.add_argument(
         "--placement",
-        required=True,
         metavar="FILE",
-        help="JSON mapping node name to device name, or a 'place --json' output",
+        help="placement jobs: JSON mapping node name to device name, or a 'place --json' output",
     )
     p.add_argument(
-        "--show", type=_positive_int, default=20, metavar="N", help="tasks to print without --json (default 20)"
+        "--show", type=_positive_int, default=20, metavar="N", help="placement jobs: tasks to print (default 20)"
     )
     p.add_argument(
         "--json",
         action="store_true",
-        help='print {"makespan", "jct", "policy", "tasks": [{"name", "device", "start", "end"}]}',
+        help='print one JSON object (networks: {"iteration_time", "additive_cost", "utilisation", "critical_path", '
+        '...}; placements: {"makespan", "jct", "policy", "tasks"})',
     )
     p.set_defaults(func=_simulate_cmd)
+
+    p = sub.add_parser(
+        "search",
+        help="search strategies with MCMC on the simulated iteration time (FlexFlow)",
+        description="Markov chain Monte Carlo over strategies: each proposal gives one operator another "
+        "configuration, priced by the delta simulation and accepted with probability "
+        "min(1, exp(-beta * relative slowdown)). Reports the start's and the best strategy's simulated time.",
+    )
+    p.add_argument("instance", metavar="INSTANCE", help="a network from 'stratopt models' or a stratopt-graph file")
+    p.add_argument("--mcmc", action="store_true", help="the search method (MCMC, the only one; may be left out)")
+    p.add_argument("--budget", type=_positive_int, metavar="ITERATIONS", help="proposals (default 1000)")
+    p.add_argument("--time-limit", "-t", type=_positive_seconds, metavar="SEC", help="seconds (stops first)")
+    p.add_argument(
+        "--start",
+        default="dp",
+        metavar="FROM",
+        help="dp (the additive model's optimum; default), data-parallel, or a strategy file/list",
+    )
+    p.add_argument(
+        "--beta",
+        type=_positive_number("inverse temperature"),
+        default=50.0,
+        metavar="B",
+        help="inverse temperature (default 50)",
+    )
+    p.add_argument("--seed", type=int, help="seed of the proposals (same seed, same search)")
+    p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")
+    p.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
+    p.add_argument(
+        "--machine", metavar="NAME", help="machine preset: pase, a100, h100 (default h100; pase for --profile pase)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"start": {"iteration_time", ...}, "best": {"iteration_time", "assignment", ...}, ...}',
+    )
+    p.set_defaults(func=_search_cmd)
 
     p = sub.add_parser(
         "iopddl",

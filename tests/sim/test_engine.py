@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -152,7 +153,7 @@ def test_critical_path_spans_the_step() -> None:
     path = timeline.critical_path()
     assert timeline.start[path[0]] == 0.0
     assert timeline.end[path[-1]] == timeline.makespan
-    for a, b in zip(path, path[1:], strict=False):
+    for a, b in itertools.pairwise(path):
         assert timeline.end[a] == timeline.start[b]
     util = timeline.utilisation()
     assert len(util) == 8 and all(0.0 <= u <= 1.0 for u in util.values()) and max(util.values()) > 0.0

@@ -75,6 +75,8 @@ def start_strategy(costing: Any, how: str | Sequence[int], *, time_limit: float 
                 raise ModelError(f"{costing.graph.name}: the exact solver found no strategy to start from")
             return [int(x) for x in result.assignment]
         raise ModelError(f"unknown start strategy {how!r}; use dp, data-parallel or a list of choices")
+    if not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in how):
+        raise ModelError("a strategy must list one integer configuration index per operator")
     choice = [int(x) for x in how]
     k = costing.problem.num_choices
     if len(choice) != len(k):

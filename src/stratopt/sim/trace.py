@@ -127,7 +127,7 @@ def gantt(rows: Sequence[Event], path: str | os.PathLike[str], *, title: str, un
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({units})")
     ax.set_title(title)
-    ax.legend(loc="upper right", fontsize="small", ncols=4)
+    fig.legend(loc="outside lower center", fontsize="small", ncols=len(by_kind) or 1)
     try:
         fig.savefig(path, dpi=110)
     except OSError as exc:
