@@ -903,6 +903,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_simulate_cmd)
 
+    from stratopt.sim.search import BETA
+
     p = sub.add_parser(
         "search",
         help="search strategies with MCMC on the simulated iteration time (FlexFlow)",
@@ -923,9 +925,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--beta",
         type=_positive_number("inverse temperature"),
-        default=50.0,
+        default=BETA,
         metavar="B",
-        help="inverse temperature (default 50)",
+        help=f"inverse temperature (default {BETA:g})",
     )
     p.add_argument("--seed", type=int, help="seed of the proposals (same seed, same search)")
     p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")

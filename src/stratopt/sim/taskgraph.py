@@ -221,9 +221,12 @@ class StrategyTasks:
         its profile must offer ``message(words, same_node)`` (both built-in profiles do).
     assignment
         Configuration index per operator.
+    plans
+        A dict to keep the transfer plans of edges in (per pair of configurations); pass the same
+        one to several graphs of one costing to share the work.
     """
 
-    def __init__(self, costing: Any, assignment: Sequence[int]) -> None:
+    def __init__(self, costing: Any, assignment: Sequence[int], *, plans: dict[Any, Any] | None = None) -> None:
         self.costing = costing
         graph = costing.graph
         self.ops = graph.operators
@@ -264,7 +267,7 @@ class StrategyTasks:
                 raise ModelError(f"operator {self.ops[v].name!r}: choice {c} is out of range (it has {k})")
         self._op_tasks: list[dict[str, list[int]]] = [{} for _ in range(self.n)]
         self._edge_tasks: list[list[int]] = [[] for _ in self.edges]
-        self._plans: dict[tuple[int, int, int], Any] = {}
+        self._plans: dict[Any, Any] = {} if plans is None else plans
         for v in range(self.n):
             self._build_op(v)
         for e in range(len(self.edges)):
