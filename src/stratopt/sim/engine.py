@@ -276,15 +276,14 @@ class DeltaSimulator:
         key0 = (k0[0], k0[1], -1)
         for d, seq in enumerate(order):
             i = bisect_left(seq, key0)
+            if i < len(seq):
+                replay.extend([entry[2] for entry in seq[i:]])
+                del seq[i:]
             if i > 0:
                 last[d] = end[seq[i - 1][2]]
-            for entry in seq[i:]:
-                later[entry[2]] = stamp
-                replay.append(entry[2])
-            del seq[i:]
-        for t in new:
+        replay.extend(new)
+        for t in replay:
             later[t] = stamp
-            replay.append(t)
         waiting = self._waiting
         queue: list[tuple[float, int, int]] = []
         for t in replay:
@@ -295,9 +294,12 @@ class DeltaSimulator:
                     count += 1
                 elif end[p] > low:
                     low = end[p]
-            ready[t] = low
-            waiting[t] = count
-            if not count:
+            if count:
+                ready[t] = low
+                waiting[t] = count
+            else:
+                ready[t] = low
+                waiting[t] = 0
                 queue.append((low, rank[t], t))
         heapq.heapify(queue)
         pop, push = heapq.heappop, heapq.heappush
