@@ -117,12 +117,35 @@ def _full(graph: TaskGraph) -> tuple[Timeline, list[list[tuple[float, int, int]]
     ready = [0.0] * size
     start = [0.0] * size
     end = [0.0] * size
-    preds, succs, rank, res, exe = graph.preds, graph.succs, graph.rank, graph.res, graph.exe
+    preds, rank = graph.preds, graph.rank
     waiting = [len(p) for p in preds]
     queue = [(0.0, rank[t], t) for t in graph.tasks() if not preds[t]]
     heapq.heapify(queue)
     last = [0.0] * graph.num_resources
     order: list[list[tuple[float, int, int]]] = [[] for _ in range(graph.num_resources)]
+    done = _run(graph, queue, waiting, last, order, ready, start, end)
+    if done != graph.count:
+        raise CrossCheckError(f"task graph has a cycle: {graph.count - done} tasks never became ready")
+    return Timeline(graph, ready, start, end, max(last, default=0.0), {"tasks": done}), order
+
+
+def _run(
+    graph: TaskGraph,
+    queue: list[tuple[float, int, int]],
+    waiting: list[int],
+    last: list[float],
+    order: list[list[tuple[float, int, int]]],
+    ready: list[float],
+    start: list[float],
+    end: list[float],
+) -> int:
+    """Algorithm 1's loop (lines 11-25) from a heap of ready tasks; returns how many it ran.
+
+    ``waiting[t]`` counts t's predecessors still to run, ``ready[t]`` holds the largest end among
+    those that ran, ``last[d]`` the end of resource d's last task; each task run is appended to its
+    resource's ``order``.
+    """
+    succs, rank, res, exe = graph.succs, graph.rank, graph.res, graph.exe
     done = 0
     pop, push = heapq.heappop, heapq.heappush
     while queue:
@@ -142,9 +165,7 @@ def _full(graph: TaskGraph) -> tuple[Timeline, list[list[tuple[float, int, int]]
             waiting[n] -= 1
             if not waiting[n]:
                 push(queue, (ready[n], rank[n], n))
-    if done != graph.count:
-        raise CrossCheckError(f"task graph has a cycle: {graph.count - done} tasks never became ready")
-    return Timeline(graph, ready, start, end, max(last, default=0.0), {"tasks": done}), order
+    return done
 
 
 def check_timeline(timeline: Timeline, *, tol: float | None = None) -> list[str]:
@@ -184,9 +205,9 @@ def check_timeline(timeline: Timeline, *, tol: float | None = None) -> list[str]
 class DeltaSimulator:
     """A strategy's task graph and timeline, kept up to date one operator change at a time.
 
-    ``change(v, c)`` edits the task graph (:meth:`StrategyTasks.change`) and re-simulates only what
-    the edit touches (seed 003's Algorithm 2, see the module docstring); ``timeline()`` is then
-    identical to a full simulation of the new strategy.
+    ``change(v, c)`` edits the task graph (:meth:`StrategyTasks.change`) and re-simulates from the
+    earliest key the edit can affect (seed 003's Algorithm 2, see the module docstring);
+    ``timeline()`` is then identical to a full simulation of the new strategy.
 
     Examples
     --------
@@ -248,7 +269,7 @@ class DeltaSimulator:
         new, _, touched = self.tasks.change(v, c)
         self._grow()
         ready, start, end, order = self.ready, self.start, self.end, self.order
-        rank, res, exe, preds, succs = g.rank, g.res, g.exe, g.preds, g.succs
+        rank, exe, preds = g.rank, g.exe, g.preds
         self._stamp += 1
         stamp = self._stamp
         fresh = self._dirty  # fresh[t] == stamp: t is a new task
@@ -302,25 +323,7 @@ class DeltaSimulator:
                 waiting[t] = 0
                 queue.append((low, rank[t], t))
         heapq.heapify(queue)
-        pop, push = heapq.heappop, heapq.heappush
-        done = 0
-        while queue:
-            key = pop(queue)
-            r, _, t = key
-            d = res[t]
-            s = r if r > last[d] else last[d]
-            e = s + exe[t]
-            start[t] = s
-            end[t] = e
-            last[d] = e
-            order[d].append(key)
-            done += 1
-            for n in succs[t]:
-                if e > ready[n]:
-                    ready[n] = e
-                waiting[n] -= 1
-                if not waiting[n]:
-                    push(queue, (ready[n], rank[n], n))
+        done = _run(g, queue, waiting, last, order, ready, start, end)
         if done != len(replay):
             raise CrossCheckError(f"delta simulation replayed {done} of {len(replay)} tasks (a cycle?)")
         self.last_stats = {

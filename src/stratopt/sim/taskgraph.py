@@ -378,31 +378,27 @@ class StrategyTasks:
         parts_u = len(self._op_tasks[u]["F"])
         parts_v = len(self._op_tasks[v]["F"])
         devs_u, devs_v = self.devices_of(parts_u), self.devices_of(parts_v)
-        made: list[int] = []
         name = f"{self.ops[u].name}->{self.ops[v].name}"
-        for q, a, words in fwd:
-            src, dst = self._ready_fwd(u, a), self._op_tasks[v]["F"][q]
-            if words == 0.0:
-                g.depend(src, dst)
-                continue
-            du, dv = devs_u[a], devs_v[q]
-            exe = self.profile.message(words, du // self.per_node == dv // self.per_node)
-            t = g.add(_rank(0, v, _XFER, _sub(i, q, a), slots), g.link(du, dv), exe, (0, 0, name, None, f"{a}->{q}"))
-            g.depend(src, t)
-            g.depend(t, dst)
-            made.append(t)
-        back = self.n - 1 - u
-        for q, a, words in bwd:
-            src, dst = self._ready_bwd(v, q), self._op_tasks[u]["B"][a]
-            if words == 0.0:
-                g.depend(src, dst)
-                continue
-            du, dv = devs_u[a], devs_v[q]
-            exe = self.profile.message(words, du // self.per_node == dv // self.per_node)
-            t = g.add(_rank(1, back, _XFER, _sub(e, q, a), slots), g.link(dv, du), exe, (1, 0, name, None, f"{q}->{a}"))
-            g.depend(src, t)
-            g.depend(t, dst)
-            made.append(t)
+        made: list[int] = []
+        forward = [(self._ready_fwd(u, a), self._op_tasks[v]["F"][q], devs_u[a], devs_v[q], _sub(i, q, a), words, a, q)
+                   for q, a, words in fwd]  # fmt: skip
+        backward = [(self._ready_bwd(v, q), self._op_tasks[u]["B"][a], devs_v[q], devs_u[a], _sub(e, q, a), words, q, a)
+                    for q, a, words in bwd]  # fmt: skip
+        for phase, slot, moves in ((0, v, forward), (1, self.n - 1 - u, backward)):
+            for src, dst, d_from, d_to, sub, words, x, y in moves:
+                if words == 0.0:  # the data is on the consumer's device already
+                    g.depend(src, dst)
+                    continue
+                exe = self.profile.message(words, d_from // self.per_node == d_to // self.per_node)
+                t = g.add(
+                    _rank(phase, slot, _XFER, sub, slots),
+                    g.link(d_from, d_to),
+                    exe,
+                    (phase, 0, name, None, f"{x}->{y}"),
+                )
+                g.depend(src, t)
+                g.depend(t, dst)
+                made.append(t)
         self._edge_tasks[e] = made
 
     def op_tasks(self, v: int) -> dict[str, list[int]]:
