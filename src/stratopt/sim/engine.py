@@ -229,8 +229,8 @@ class DeltaSimulator:
         self.ready, self.start, self.end = timeline.ready, timeline.start, timeline.end
         self.order = order
         size = len(self.ready)
-        self._dirty = [0] * size
-        self._settled = [0] * size
+        self._fresh = [0] * size
+        self._later = [0] * size
         self._waiting = [0] * size
         self._stamp = 0
         self.last_stats: dict[str, int] = {}
@@ -253,8 +253,8 @@ class DeltaSimulator:
         if extra > 0:
             for arr, fill in ((self.ready, 0.0), (self.start, 0.0), (self.end, 0.0)):
                 arr.extend([fill] * extra)  # type: ignore[list-item]
-            self._dirty.extend([0] * extra)
-            self._settled.extend([0] * extra)
+            self._fresh.extend([0] * extra)
+            self._later.extend([0] * extra)
             self._waiting.extend([0] * extra)
         while len(self.order) < self.graph.num_resources:
             self.order.append([])
@@ -266,13 +266,13 @@ class DeltaSimulator:
         began = time.perf_counter()
         g = self.graph
         retired = self._retire(v)
-        new, _, touched = self.tasks.change(v, c)
+        new, touched = self.tasks.change(v, c)
         self._grow()
         ready, start, end, order = self.ready, self.start, self.end, self.order
         rank, exe, preds = g.rank, g.exe, g.preds
         self._stamp += 1
         stamp = self._stamp
-        fresh = self._dirty  # fresh[t] == stamp: t is a new task
+        fresh = self._fresh  # fresh[t] == stamp: t is new in this change
         for t in new:
             fresh[t] = stamp
         # K0: no task with a smaller key changes, and no task gets a smaller key (module docstring).
@@ -291,7 +291,7 @@ class DeltaSimulator:
             if (low, rank[t]) < k0:
                 k0 = (low, rank[t])
         # Everything before K0 stays; the rest is replayed with Algorithm 1's loop.
-        later = self._settled  # later[t] == stamp: t is replayed
+        later = self._later  # later[t] == stamp: t is replayed in this change
         last = [0.0] * len(order)
         replay: list[int] = []
         key0 = (k0[0], k0[1], -1)
@@ -315,12 +315,9 @@ class DeltaSimulator:
                     count += 1
                 elif end[p] > low:
                     low = end[p]
-            if count:
-                ready[t] = low
-                waiting[t] = count
-            else:
-                ready[t] = low
-                waiting[t] = 0
+            ready[t] = low
+            waiting[t] = count
+            if not count:
                 queue.append((low, rank[t], t))
         heapq.heapify(queue)
         done = _run(g, queue, waiting, last, order, ready, start, end)
@@ -338,14 +335,9 @@ class DeltaSimulator:
     def _retire(self, v: int) -> list[tuple[float, int]]:
         """Take the tasks a change of ``v`` removes off their resources (while their ids still
         mean them); returns their keys."""
-        st, g = self.tasks, self.graph
-        doomed: list[int] = []
-        for e in st.in_edges[v] + st.out_edges[v]:
-            doomed.extend(st.edge_tasks(e))
-        for ids in st.op_tasks(v).values():
-            doomed.extend(ids)
+        g = self.graph
         keys = []
-        for t in doomed:
+        for t in self.tasks.doomed(v):
             seq = self.order[g.res[t]]
             i = bisect_left(seq, (self.ready[t], g.rank[t], t))
             del seq[i]

@@ -401,35 +401,29 @@ class StrategyTasks:
                 made.append(t)
         self._edge_tasks[e] = made
 
-    def op_tasks(self, v: int) -> dict[str, list[int]]:
-        """Operator ``v``'s tasks by role: F forward, C forward collective, B backward,
-        CB backward collective, G gradient sync (one per partition each)."""
-        return self._op_tasks[v]
+    def doomed(self, v: int) -> list[int]:
+        """The tasks a configuration change of operator ``v`` removes: its own and its edges'."""
+        out: list[int] = []
+        for e in self.in_edges[v] + self.out_edges[v]:
+            out.extend(self._edge_tasks[e])
+        for ids in self._op_tasks[v].values():
+            out.extend(ids)
+        return out
 
-    def edge_tasks(self, e: int) -> list[int]:
-        """The transfer tasks of edge ``e`` (forward and backward)."""
-        return self._edge_tasks[e]
-
-    # -- editing -----------------------------------------------------------------------------------
-
-    def change(self, v: int, c: int) -> tuple[list[int], list[tuple[int, int, int]], list[int]]:
+    def change(self, v: int, c: int) -> tuple[list[int], list[int]]:
         """Give operator ``v`` configuration ``c``: rebuild its tasks and those of its edges.
 
-        Returns ``(new tasks, removed tasks as (id, resource, rank), surviving tasks whose
-        predecessors changed)``. Removed ids may be recycled by the new tasks, so a caller keeping
-        per-task state must retire the removed ones before it looks at the new ones.
+        Returns ``(new tasks, surviving tasks whose predecessors changed)``. The removed tasks are
+        :meth:`doomed`'s; their ids may be recycled by the new tasks, so a caller keeping per-task
+        state must retire them before it calls this.
         """
         k = self.costing.configs[v].shape[0]
         if not 0 <= c < k:
             raise ModelError(f"operator {self.ops[v].name!r}: choice {c} is out of range (it has {k})")
         g = self.graph
-        doomed: list[int] = []
+        doomed = self.doomed(v)
         for e in self.in_edges[v] + self.out_edges[v]:
-            doomed.extend(self._edge_tasks[e])
             self._edge_tasks[e] = []
-        for ids in self._op_tasks[v].values():
-            doomed.extend(ids)
-        removed = [(t, g.res[t], g.rank[t]) for t in doomed]
         doomed_set = set(doomed)
         touched: set[int] = set()
         for t in doomed:
@@ -452,7 +446,7 @@ class StrategyTasks:
                 if s not in new_set:
                     touched.add(s)
         touched -= new_set
-        return new, removed, sorted(touched)
+        return new, sorted(touched)
 
 
 def placement_tasks(instance: Any, placement: Sequence[int]) -> TaskGraph:
