@@ -146,24 +146,28 @@ def _run(
     resource's ``order``.
     """
     succs, rank, res, exe = graph.succs, graph.rank, graph.res, graph.exe
+    appends = [seq.append for seq in order]
     done = 0
     pop, push = heapq.heappop, heapq.heappush
     while queue:
         key = pop(queue)
         r, _, t = key
         d = res[t]
-        s = r if r > last[d] else last[d]
+        s = last[d]
+        if r > s:
+            s = r
         e = s + exe[t]
         start[t] = s
         end[t] = e
         last[d] = e
-        order[d].append(key)
+        appends[d](key)
         done += 1
         for n in succs[t]:
             if e > ready[n]:
                 ready[n] = e
-            waiting[n] -= 1
-            if not waiting[n]:
+            w = waiting[n] - 1
+            waiting[n] = w
+            if not w:
                 push(queue, (ready[n], rank[n], n))
     return done
 
