@@ -1,0 +1,205 @@
+"""What both importers share: a small neutral node list, pointwise folding, and emission as an
+operator :class:`~stratopt.graph.Graph` through :class:`~stratopt.graph.GraphBuilder`.
+
+An importer turns its framework's graph into :class:`Node` records in topological order. Kinds:
+``input`` (data), ``param`` (weights and constants), ``view`` (no data movement: dropout at
+inference, ``contiguous``, identity), ``unary`` (a pointwise function of one tensor, or of one
+tensor and constants), ``add`` (a pointwise function of two tensors), ``fc``, ``conv``, ``matmul``,
+``embedding``, ``layernorm``, ``batchnorm``, ``softmax``, ``pool``, ``reduce_mean``, ``reshape``,
+``transpose``, ``concat``, ``lstm``, and ``other`` (anything unmapped, which becomes an
+elementwise-cost operator and a warning naming it).
+
+Folding: a ``unary`` node after an operator that can fuse pointwise work (products, convolutions,
+pointwise operators) adds one to that operator's ``pointwise`` count instead of becoming a vertex;
+a ``view`` is dropped. Both keep the graph the cost models price close to what runs (a ReLU is
+fused into its convolution), and make a GELU written as one call or as five ONNX nodes the same.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
+from stratopt.graph.layers import GraphBuilder, TensorRef
+
+__all__ = ["Node", "UnmappedOperatorWarning", "emit", "flops"]
+
+_FUSES = {"fc", "conv", "matmul", "add", "unary", "other"}
+
+
+class UnmappedOperatorWarning(UserWarning):
+    """An operator the importer does not know, priced as elementwise work."""
+
+
+@dataclass
+class Node:
+    """One tensor-producing node of an imported graph."""
+
+    name: str
+    kind: str
+    inputs: list[str]
+    shape: tuple[int, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
+    """Build the operator graph of ``nodes`` (topological order); warns once listing unmapped ops."""
+    by_name = {n.name: n for n in nodes}
+    alias: dict[str, str] = {}
+    pointwise: dict[str, int] = {}
+
+    def real(x: str) -> str:
+        while x in alias:
+            x = alias[x]
+        return x
+
+    for n in nodes:
+        if n.kind == "add" and len(n.inputs) == 2 and real(n.inputs[0]) == real(n.inputs[1]):
+            n.kind, n.inputs = "unary", n.inputs[:1]  # x * f(x) after folding f: pointwise in x
+        if n.kind == "view" and n.inputs:
+            alias[n.name] = n.inputs[0]
+        elif n.kind == "unary" and n.inputs:
+            src = by_name.get(real(n.inputs[0]))
+            if src is not None and src.kind in _FUSES and src.shape == n.shape:
+                alias[n.name] = src.name
+                pointwise[src.name] = pointwise.get(src.name, 0) + 1
+        elif n.kind == "transpose" and n.inputs:
+            # Two transposes in a row are one (exporters merge them; traced code often does not).
+            src = by_name.get(real(n.inputs[0]))
+            if src is not None and src.kind == "transpose":
+                n.attrs["perm"] = [src.attrs["perm"][p] for p in n.attrs["perm"]]
+                n.inputs = [real(src.inputs[0])]
+            if list(n.attrs["perm"]) == list(range(len(n.attrs["perm"]))):
+                alias[n.name] = n.inputs[0]
+    used = {real(x) for n in nodes if n.name not in alias for x in n.inputs}
+    last = nodes[-1].name if nodes else ""
+    g = GraphBuilder(name, source=source)
+    env: dict[str, TensorRef] = {}
+    unmapped: dict[str, int] = {}
+    for n in nodes:
+        if n.name in alias or (n.kind == "transpose" and n.name not in used and n.name != last):
+            continue
+        try:
+            out = _emit_one(g, n, [real(x) for x in n.inputs], env, by_name, pointwise.get(n.name, 0))
+        except ModelError as exc:
+            out = None
+            n.attrs.setdefault("op", n.kind)
+            n.attrs["why"] = str(exc)
+        if out is None:
+            if n.kind == "param":
+                continue
+            if n.kind not in ("unary", "add") or "why" in n.attrs:
+                label = str(n.attrs.get("op", n.kind))
+                unmapped[label] = unmapped.get(label, 0) + 1
+            out = _generic(g, n, [real(x) for x in n.inputs], env, pointwise.get(n.name, 0))
+        env[n.name] = out
+    if unmapped:
+        listing = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(unmapped.items()))
+        warnings.warn(
+            f"{name}: priced as elementwise work (not mapped to a stratopt operator): {listing}",
+            UnmappedOperatorWarning,
+            stacklevel=3,
+        )
+    return g.build()
+
+
+def _emit_one(
+    g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef], nodes: dict[str, Node], pw: int
+) -> TensorRef | None:
+    kind, a = n.kind, n.attrs
+    tensors = [env[x] for x in ins if x in env]
+    params = [nodes[x] for x in ins if x not in env and x in nodes and nodes[x].kind == "param"]
+    if kind == "input":
+        return g.input(n.shape)
+    if kind == "param":
+        return None
+    if kind == "fc" and len(tensors) == 1:
+        return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
+    if kind == "conv" and len(tensors) == 1 and params and a.get("groups", 1) == 1:
+        x = tensors[0]
+        weight = params[0].shape
+        if len(weight) != 4:
+            return None
+        return g.conv(x, weight, stride=a.get("stride", 1), pad=a.get("pad", 0), pointwise=pw, name=_safe(n.name))
+    if kind == "matmul":
+        if len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2:
+            return g.matmul(tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+        if len(tensors) == 1 and params and len(params[0].shape) == 2 and ins[0] in env:
+            return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
+        return None
+    if kind == "embedding" and tensors and tensors[0].source is None and params:
+        vocab, dim = params[0].shape
+        return g.embedding(tensors[0], vocab, dim, name=_safe(n.name))
+    if kind in ("layernorm", "batchnorm", "softmax") and len(tensors) == 1:
+        if kind == "layernorm":
+            return g.layernorm(tensors[0], name=_safe(n.name))
+        if kind == "batchnorm":
+            return g.batchnorm(tensors[0], name=_safe(n.name))
+        return g.softmax(tensors[0], a.get("axis", -1), name=_safe(n.name))
+    if kind == "pool" and len(tensors) == 1 and len(tensors[0]) == 4:
+        return g.pooling(tensors[0], a["window"], stride=a.get("stride", 1), pad=a.get("pad", 0), name=_safe(n.name))
+    if kind == "reduce_mean" and len(tensors) == 1:
+        return g.reduce_mean(tensors[0], a.get("axes"), keepdims=a.get("keepdims", False), name=_safe(n.name))
+    if kind == "add" and len(tensors) == 2 and tensors[0].shape == tensors[1].shape == n.shape:
+        return g.elementwise(tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+    if kind == "reshape" and len(tensors) == 1:
+        if tensors[0].shape == n.shape:
+            return tensors[0]
+        return g.reshape(tensors[0], n.shape, name=_safe(n.name))
+    if kind == "transpose" and len(tensors) == 1:
+        return g.transpose(tensors[0], a["perm"], name=_safe(n.name))
+    if kind == "concat" and len(tensors) >= 2:
+        return g.concat(tensors, a.get("axis", 0), name=_safe(n.name))
+    if kind == "lstm" and len(tensors) == 1 and len(tensors[0]) == 3:
+        return g.lstm(tensors[0], n.shape[-1], a.get("layers", 1), name=_safe(n.name))
+    return None
+
+
+def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef], pw: int) -> TensorRef:
+    """An elementwise-cost operator over ``n``'s output; inputs align from the right (broadcasting)."""
+    axes = [f"d{i}" for i in range(len(n.shape))]
+    inputs = []
+    for x in ins:
+        t = env.get(x)
+        if t is None:
+            continue
+        dims: list[list[str]] = []
+        offset = len(n.shape) - len(t.shape)
+        for i, size in enumerate(t.shape):
+            j = i + offset
+            dims.append([axes[j]] if 0 <= j < len(n.shape) and n.shape[j] == size else [])
+        inputs.append((t, dims))
+    shape = n.shape or (1,)
+    if not n.shape:
+        axes = ["d0"]
+    kind = "other" if n.kind not in ("unary", "add") or "why" in n.attrs else n.kind
+    (out,) = g._add(
+        kind, _safe(n.name), "elementwise", axes, shape, inputs, [(shape, [[a] for a in axes])], pointwise=pw
+    )
+    return out
+
+
+def _safe(name: str) -> str:
+    return name.replace(" ", "_") or "node"
+
+
+def flops(graph: Graph) -> float:
+    """Forward flops of the dense products (2 per multiply-add of every GEMM, convolution and LSTM
+    cell); other operators are memory-bound and not counted. Embedding lookups count 0.
+
+    >>> g = GraphBuilder("mlp"); _ = g.fc(g.input((8, 16)), 4)
+    >>> flops(g.build())
+    1024.0
+    """
+    total = 0.0
+    for op in graph.operators:
+        if op.op in ("gemm", "conv") and not op.attrs.get("lookup"):
+            total += 2.0 * math.prod(op.sizes)
+        elif op.op == "lstm":  # 4 gates over [x, h]: 2 x 4 x 2 multiply-adds per (layer, t, b, n, k)
+            total += 16.0 * math.prod(op.sizes)
+    return total

@@ -1,0 +1,244 @@
+"""Import a PyTorch ``nn.Module`` (optional extra ``torch``): torch.fx symbolic tracing with shape
+propagation on example inputs, falling back to ``torch.export`` where fx cannot trace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
+from stratopt.importers.common import Node, emit
+
+__all__ = ["from_torch"]
+
+_UNARY_FUNCS = {
+    "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "neg", "abs", "erf",
+    "relu_", "leaky_relu", "elu", "hardtanh", "pow", "square", "to", "float", "half", "type_as",
+}  # fmt: skip
+_BINARY_FUNCS = {"add", "sub", "mul", "truediv", "div", "iadd", "imul", "maximum", "minimum", "add_", "mul_"}
+_VIEW_FUNCS = {"dropout", "contiguous", "clone", "detach", "identity", "alpha_dropout"}
+_RESHAPE_FUNCS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "view_as", "expand_as"}
+
+
+def _require_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ModelError("importing a PyTorch model needs the 'torch' extra: pip install 'stratopt[torch]'") from None
+    return torch
+
+
+def from_torch(module: Any, example_inputs: Sequence[Any], *, name: str | None = None) -> Graph:
+    """The operator graph of ``module`` run on ``example_inputs`` (a tuple of tensors).
+
+    Linear, convolution, matmul/bmm, embedding, layer/batch norm, softmax, pooling, LSTM, pointwise
+    functions, reshape/permute/cat map to stratopt operators; view-only nodes fold away, pointwise
+    functions fuse into the operator before them, and anything else becomes an elementwise-cost
+    operator with an :class:`~stratopt.importers.common.UnmappedOperatorWarning` naming it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    >>> g = from_torch(net, (torch.randn(32, 16),), name="mlp")
+    >>> [(op.name, op.op, op.pointwise) for op in g.operators]
+    [('_0', 'gemm', 1), ('_2', 'gemm', 0)]
+    """
+    torch = _require_torch()
+    if not isinstance(module, torch.nn.Module):
+        raise ModelError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    example = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
+    label = name or type(module).__name__
+    module = module.eval()
+    try:
+        nodes = _from_fx(torch, module, example)
+    except ModelError:
+        raise
+    except Exception as fx_error:  # symbolic tracing fails on data-dependent control flow
+        try:
+            nodes = _from_export(torch, module, example)
+        except Exception as exc:
+            raise ModelError(
+                f"{label}: cannot trace the model (torch.fx: {_first_line(fx_error)}; torch.export: {_first_line(exc)})"
+            ) from None
+    return emit(label, nodes, source=f"imported from PyTorch ({type(module).__name__})")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _shape(node: Any) -> tuple[int, ...] | None:
+    meta = node.meta.get("tensor_meta") or node.meta.get("val")
+    shape = getattr(meta, "shape", None)
+    if shape is None:
+        return None
+    return tuple(int(s) for s in shape)
+
+
+def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
+    from torch.fx import symbolic_trace
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    gm = symbolic_trace(module)
+    ShapeProp(gm).propagate(*example)
+    modules = dict(gm.named_modules())
+    nodes: list[Node] = []
+    for node in gm.graph.nodes:
+        shape = _shape(node)
+        ins = [a.name for a in node.all_input_nodes]
+        if node.op == "output" or shape is None:
+            continue
+        if node.op == "placeholder":
+            nodes.append(Node(node.name, "input", [], shape))
+        elif node.op == "get_attr":
+            nodes.append(Node(node.name, "param", [], shape))
+        elif node.op == "call_module":
+            nodes.extend(_module_node(torch, node, modules[node.target], ins, shape))
+        else:
+            target = node.target
+            fname = getattr(target, "__name__", str(target)) if node.op == "call_function" else str(target)
+            nodes.append(
+                _function_node(torch, node, fname.lstrip("_") if fname.startswith("__") else fname, ins, shape)
+            )
+    return nodes
+
+
+def _params(module: Any, prefix: str) -> list[Node]:
+    return [Node(f"{prefix}.{k}", "param", [], tuple(p.shape)) for k, p in module.named_parameters(recurse=False)]
+
+
+def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[int, ...]) -> list[Node]:
+    nn = torch.nn
+    params = _params(mod, node.name)
+    names = ins + [p.name for p in params]
+    kinds: list[tuple[Any, str]] = [
+        (nn.Linear, "fc"),
+        (nn.Embedding, "embedding"),
+        (nn.LayerNorm, "layernorm"),
+        (nn.BatchNorm2d, "batchnorm"),
+        (nn.BatchNorm1d, "batchnorm"),
+        (nn.Softmax, "softmax"),
+        (nn.LSTM, "lstm"),
+        (nn.Flatten, "reshape"),
+        (nn.Dropout, "view"),
+        (nn.Identity, "view"),
+    ]
+    for cls, kind in kinds:
+        if isinstance(mod, cls):
+            attrs: dict[str, Any] = {"op": type(mod).__name__}
+            if kind == "softmax":
+                attrs["axis"] = mod.dim if mod.dim is not None else -1
+            if kind == "lstm":
+                if not mod.batch_first or mod.bidirectional or mod.input_size != mod.hidden_size:
+                    return [*params, Node(node.name, "other", names, shape, attrs)]
+                attrs["layers"] = mod.num_layers
+            return [*params, Node(node.name, kind, names, shape, attrs)]
+    if isinstance(mod, nn.Conv2d):
+        attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": tuple(mod.padding), "groups": mod.groups}
+        if isinstance(mod.padding, str) or tuple(mod.dilation) != (1, 1):
+            return [*params, Node(node.name, "other", names, shape, attrs)]
+        return [*params, Node(node.name, "conv", names, shape, attrs)]
+    if isinstance(mod, nn.MaxPool2d | nn.AvgPool2d):
+        k, s, p = (_pair(x) for x in (mod.kernel_size, mod.stride or mod.kernel_size, mod.padding))
+        return [Node(node.name, "pool", names, shape, {"op": type(mod).__name__, "window": k, "stride": s, "pad": p})]
+    if isinstance(mod, nn.AdaptiveAvgPool2d | nn.AdaptiveMaxPool2d):
+        return [Node(node.name, "pool", names, shape, _adaptive(node, shape))]
+    if isinstance(mod, nn.ReLU | nn.GELU | nn.SiLU | nn.Tanh | nn.Sigmoid | nn.LeakyReLU):
+        return [Node(node.name, "unary", names, shape, {"op": type(mod).__name__})]
+    return [*params, Node(node.name, "other", names, shape, {"op": type(mod).__name__})]
+
+
+def _adaptive(node: Any, shape: tuple[int, ...]) -> dict[str, Any]:
+    src = _shape(node.all_input_nodes[0]) or shape
+    h, w = src[-2], src[-1]
+    oh, ow = shape[-2], shape[-1]
+    if h % oh or w % ow:
+        return {"op": "AdaptivePool (uneven)", "window": (1, 1)}
+    return {"op": "AdaptivePool", "window": (h // oh, w // ow), "stride": (h // oh, w // ow)}
+
+
+def _pair(x: Any) -> tuple[int, int]:
+    return (int(x[0]), int(x[1])) if isinstance(x, list | tuple) else (int(x), int(x))
+
+
+def _function_node(torch: Any, node: Any, fname: str, ins: list[str], shape: tuple[int, ...]) -> Node:
+    args = node.args
+    attrs: dict[str, Any] = {"op": fname}
+    tensor_args = [a for a in args if hasattr(a, "meta") and _shape(a) is not None]
+    if fname in ("linear",):
+        return Node(node.name, "fc", ins, shape, attrs)
+    if fname in ("matmul", "bmm", "mm"):
+        return Node(node.name, "matmul", ins, shape, attrs)
+    if fname in ("softmax", "log_softmax"):
+        dim = node.kwargs.get("dim", args[1] if len(args) > 1 else -1)
+        return Node(node.name, "softmax", ins, shape, {**attrs, "axis": int(dim)})
+    if fname in ("layer_norm",):
+        return Node(node.name, "layernorm", ins, shape, attrs)
+    if fname in _VIEW_FUNCS:
+        return Node(node.name, "view", ins[:1], shape, attrs)
+    if fname in _RESHAPE_FUNCS:
+        return Node(node.name, "reshape", ins[:1], shape, attrs)
+    if fname in ("transpose", "permute", "t"):
+        src = _shape(args[0]) or shape
+        if fname == "permute":
+            perm = [int(d) % len(src) for d in (args[1:] if not isinstance(args[1], list | tuple) else args[1])]
+        else:
+            d0, d1 = (int(args[1]) % len(src), int(args[2]) % len(src)) if fname == "transpose" else (0, 1)
+            perm = list(range(len(src)))
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+        return Node(node.name, "transpose", ins[:1], shape, {**attrs, "perm": perm})
+    if fname in ("cat", "concat"):
+        dim = node.kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        return Node(node.name, "concat", ins, shape, {**attrs, "axis": int(dim)})
+    if fname in ("mean",):
+        dims = node.kwargs.get("dim", args[1] if len(args) > 1 else None)
+        axes = None if dims is None else [int(d) for d in (dims if isinstance(dims, list | tuple) else [dims])]
+        keep = bool(node.kwargs.get("keepdim", args[2] if len(args) > 2 else False))
+        return Node(node.name, "reduce_mean", ins, shape, {**attrs, "axes": axes, "keepdims": keep})
+    if fname in _BINARY_FUNCS:
+        return Node(node.name, "add" if len(tensor_args) == 2 else "unary", ins, shape, attrs)
+    if fname in _UNARY_FUNCS or fname.endswith("_"):
+        return Node(node.name, "unary", ins, shape, attrs)
+    if fname == "scaled_dot_product_attention":
+        return Node(node.name, "other", ins, shape, attrs)
+    return Node(node.name, "other", ins, shape, attrs)
+
+
+def _from_export(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
+    """torch.export's ATen graph, mapped by ATen op name."""
+    program = torch.export.export(module, example)
+    gm = program.graph_module
+    params = set(program.graph_signature.inputs_to_parameters) | set(program.graph_signature.inputs_to_buffers)
+    nodes: list[Node] = []
+    aten = {
+        "linear": "fc", "addmm": "fc", "mm": "matmul", "bmm": "matmul", "matmul": "matmul",
+        "convolution": "conv", "conv2d": "conv", "embedding": "embedding", "native_layer_norm": "layernorm",
+        "layer_norm": "layernorm", "_softmax": "softmax", "softmax": "softmax", "view": "reshape",
+        "reshape": "reshape", "_unsafe_view": "reshape", "permute": "transpose", "cat": "concat",
+        "clone": "view", "dropout": "view", "relu": "unary", "gelu": "unary", "add": "add", "mul": "add",
+    }  # fmt: skip
+    for node in gm.graph.nodes:
+        shape = _shape(node)
+        if shape is None or node.op == "output":
+            continue
+        ins = [a.name for a in node.all_input_nodes]
+        if node.op == "placeholder":
+            nodes.append(Node(node.name, "param" if node.name in params else "input", [], shape))
+            continue
+        opname = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+        kind = aten.get(opname, "other")
+        attrs: dict[str, Any] = {"op": f"aten.{opname}"}
+        if kind == "add" and sum(1 for a in node.all_input_nodes if a.name not in params) < 2:
+            kind = "unary"
+        if kind == "transpose":
+            attrs["perm"] = [int(d) for d in node.args[1]]
+        if kind == "concat":
+            attrs["axis"] = int(node.args[1]) if len(node.args) > 1 else 0
+        if kind == "softmax":
+            attrs["axis"] = int(node.args[1])
+        if kind == "conv":
+            attrs.update(stride=tuple(node.args[3]), pad=tuple(node.args[4]), groups=int(node.args[-1]))
+        nodes.append(Node(node.name, kind, ins, shape, attrs))
+    return nodes

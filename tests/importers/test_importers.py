@@ -1,0 +1,169 @@
+"""PyTorch and ONNX import: analytic flops, end-to-end strategies, ONNX round trips, warnings, errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from importlib.util import find_spec
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stratopt.cli import main  # noqa: E402
+from stratopt.cost import build  # noqa: E402
+from stratopt.errors import ModelError  # noqa: E402
+from stratopt.importers import UnmappedOperatorWarning, flops, from_torch  # noqa: E402
+from stratopt.problem import evaluate  # noqa: E402
+from stratopt.solvers import solve_auto  # noqa: E402
+
+from .models import GPTBlock, SmallResNet, gpt_flops, resnet_flops  # noqa: E402
+
+needs_onnx = pytest.mark.skipif(find_spec("onnx") is None, reason="the 'onnx' extra is not installed")
+
+CASES = {
+    "gpt": (GPTBlock, (8, 32, 64), lambda: gpt_flops(8, 32, 64)),
+    "resnet": (SmallResNet, (8, 3, 32, 32), lambda: resnet_flops(8, 32)),
+}
+
+
+def model(name: str):
+    torch.manual_seed(0)
+    cls, shape, _ = CASES[name]
+    return cls().eval(), (torch.randn(*shape),)
+
+
+def signature(graph):
+    return [(op.op, op.outputs[0].shape) for op in graph.operators]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_flops_match_the_analytic_count_and_strategies_solve(name: str) -> None:
+    """A GPT block and a small ResNet import with their products' flops within 1% of the count by
+    hand; the graph prices and solves end to end, and the answer's cost re-evaluates."""
+    net, example = model(name)
+    graph = from_torch(net, example, name=name)
+    assert flops(graph) == pytest.approx(CASES[name][2](), rel=0.01)
+    costing = build(graph, 8, profile="default", machine="h100")
+    result = solve_auto(costing.problem)
+    assert result.status.value == "optimal"
+    assert evaluate(costing.problem, result.assignment).objective == pytest.approx(result.objective)
+
+
+def test_gpt_block_operators() -> None:
+    """The block's linears are GEMMs with fused pointwise work where PyTorch applies it (GELU, the
+    attention scale), its norms and softmax are operators, and the residual adds are elementwise."""
+    net, example = model("gpt")
+    ops = {op.name: op for op in from_torch(net, example).operators}
+    assert ops["fc1"].op == "gemm" and ops["fc1"].pointwise == 1  # GELU fused
+    assert ops["matmul"].pointwise == 1  # the 1/sqrt(d) scale fused into QK^T
+    assert ops["ln1"].op == "norm" and ops["softmax"].op == "softmax"
+    assert [op.op for op in ops.values()].count("elementwise") == 2
+    assert [op.op for op in ops.values()].count("transpose") == 4  # k's two transposes merge into one
+
+
+@needs_onnx
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_export_imports_to_the_same_graph(name: str, tmp_path) -> None:
+    """The same model exported to ONNX (TorchScript exporter, batch norm kept) imports to the same
+    operator kinds and shapes, and the same flops."""
+    from stratopt.importers import from_onnx
+
+    net, example = model(name)
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, example, str(path), dynamo=False, training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False
+        )
+    direct, imported = from_torch(net, example, name=name), from_onnx(path)
+    assert signature(imported) == signature(direct)
+    assert flops(imported) == flops(direct)
+
+
+@pytest.mark.skipif(find_spec("onnxscript") is None, reason="torch's dynamo exporter needs onnxscript")
+def test_dynamo_export_of_the_gpt_block(tmp_path) -> None:
+    """torch's default (dynamo) exporter writes GELU as five ONNX nodes and pre-transposed weights;
+    the import still gives the same operators and shapes."""
+    from stratopt.importers import from_onnx
+
+    net, example = model("gpt")
+    path = tmp_path / "gpt.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, example, str(path), dynamo=True, verbose=False)
+    assert signature(from_onnx(path)) == signature(from_torch(net, example))
+
+
+class WithCumsum(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(torch.cumsum(x, dim=1))
+
+
+def test_unsupported_operator_warns_and_imports() -> None:
+    """An operator with no stratopt counterpart becomes elementwise work, and the warning names it."""
+    with pytest.warns(UnmappedOperatorWarning, match="cumsum"):
+        graph = from_torch(WithCumsum(), (torch.randn(4, 16),))
+    assert [op.op for op in graph.operators] == ["elementwise", "gemm"]
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        if x.shape[0] > 1:  # fx cannot trace a branch on a traced value; torch.export can
+            return torch.relu(self.fc(x))
+        return self.fc(x)
+
+
+def test_falls_back_to_torch_export() -> None:
+    """Where torch.fx fails, torch.export traces the model."""
+    graph = from_torch(Branchy(), (torch.randn(4, 16),))
+    assert [op.op for op in graph.operators] == ["gemm"]
+    assert flops(graph) == 2 * 4 * 16 * 8
+
+
+def test_bad_arguments() -> None:
+    """Not a module, or a model that cannot run on the example, is a one-line ModelError."""
+    with pytest.raises(ModelError, match=r"nn\.Module"):
+        from_torch("resnet", (torch.randn(1),))
+    with pytest.raises(ModelError, match="cannot trace"):
+        from_torch(torch.nn.Linear(16, 8), (torch.randn(4, 15),))
+
+
+@needs_onnx
+def test_cli_import_solve_and_errors(tmp_path, capsys) -> None:
+    """'stratopt import' writes a graph that solves; 'solve model.onnx' works directly; a malformed
+    file exits 2 with one line; an unmapped ONNX operator is a one-line warning."""
+    net, example = model("resnet")
+    onnx_path = tmp_path / "resnet.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, example, str(onnx_path), dynamo=False, training=torch.onnx.TrainingMode.PRESERVE)
+    out_path = tmp_path / "g.json"
+    assert main(["import", str(onnx_path), "-o", str(out_path)]) == 0
+    assert "conv 5" in capsys.readouterr().out
+    assert json.loads(out_path.read_text())["format"] == "stratopt-graph"
+    assert main(["solve", str(out_path), "--procs", "4", "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main(["solve", str(onnx_path), "--procs", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["objective"] == from_file["objective"]
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00garbage")
+    assert main(["import", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a readable ONNX model" in err
+
+    cum = tmp_path / "cum.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(WithCumsum().eval(), (torch.randn(4, 16),), str(cum), dynamo=False)
+    assert main(["import", str(cum)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning" in err and "CumSum" in err
