@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -639,6 +640,30 @@ def _search_cmd(args: argparse.Namespace) -> int:
     return _OK
 
 
+def _import_cmd(args: argparse.Namespace) -> int:
+    from stratopt.graph.io import save_graph
+    from stratopt.importers import flops
+
+    loaded = load_instance(args.model)
+    if not isinstance(loaded, Graph):
+        raise ModelError(f"{args.model}: not a model (expected an ONNX file or an operator graph)")
+    kinds: dict[str, int] = {}
+    for op in loaded.operators:
+        kinds[op.op] = kinds.get(op.op, 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    print(
+        f"{loaded.name}: {len(loaded)} operators ({summary}), {len(loaded.edges())} edges, "
+        f"{flops(loaded) / 1e9:,.3f} GFLOP forward in products"
+    )
+    if args.output is not None:
+        try:
+            save_graph(loaded, args.output)
+        except OSError as exc:
+            raise ModelError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(f"wrote {args.output} (stratopt-graph JSON: 'stratopt solve {args.output} --procs 8')")
+    return _OK
+
+
 def _parse_assignment(text: str) -> list[int]:
     """A JSON list, a comma-separated list, or a file holding either (or a `solve --json` object)."""
     source = text
@@ -943,6 +968,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_search_cmd)
 
     p = sub.add_parser(
+        "import",
+        help="import a model (ONNX file) as an operator graph",
+        description="Read an ONNX model (shapes from ONNX shape inference), map its nodes to stratopt operators "
+        "(products, convolutions, norms, softmax, pooling, pointwise, layout), fold view-only nodes and fuse "
+        "pointwise ones, and optionally write the graph as stratopt-graph JSON. Unmapped operators are priced "
+        "as elementwise work, with a warning naming them. Any command taking a network also takes an ONNX file.",
+    )
+    p.add_argument("model", metavar="MODEL", help="an ONNX model file (.onnx), or any operator graph")
+    p.add_argument("--output", "-o", metavar="FILE.json", help="write the operator graph here")
+    p.set_defaults(func=_import_cmd)
+
+    p = sub.add_parser(
         "iopddl",
         help="the contest interface: last stdout line is the answer",
         description='The IOPDDL contest interface: progress on stderr, the answer "[i, j, ...]" as the '
@@ -983,7 +1020,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return _OK
         func: Callable[[argparse.Namespace], int] = args.func
-        return func(args)
+        from stratopt.importers.common import UnmappedOperatorWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", UnmappedOperatorWarning)
+            warnings.showwarning = _show_warning
+            return func(args)
     except _UsageError as exc:
         _stderr(f"stratopt: error: {_one_line(str(exc))}")
         return _BAD_INPUT
@@ -993,6 +1035,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _stderr("stratopt: interrupted")
         return 130
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """Warnings reach the user as one line each, without the source line Python would show."""
+    _stderr(f"stratopt: warning: {_one_line(str(message))}")
 
 
 def _one_line(msg: str) -> str:

@@ -110,8 +110,8 @@ def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
 
 
 def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
-    """A StrategyProblem (IOPDDL file or built-in), an operator :class:`Graph` (network name
-    or graph file) or a :class:`~stratopt.placement.PlacementInstance`. Raises
+    """A StrategyProblem (IOPDDL file or built-in), an operator :class:`Graph` (network name,
+    graph file or ONNX model file) or a :class:`~stratopt.placement.PlacementInstance`. Raises
     :class:`ModelError` naming the path on any problem.
 
     Examples
@@ -122,6 +122,10 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
     14
     """
     text, path = _resolve(instance)
+    if path.suffix.lower() == ".onnx":
+        from stratopt.importers import from_onnx
+
+        return from_onnx(path)
     data = _read_json(path)
     if isinstance(data, dict) and "problem" in data:
         return from_iopddl_dict(data, source=text)
