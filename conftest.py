@@ -1,10 +1,16 @@
 """Doctests of the optional importers run only where their extras are installed."""
 
-from importlib.util import find_spec
+
+def _installed(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
 
 collect_ignore = []
-if find_spec("torch") is None:
-    collect_ignore.append("src/stratopt/importers/pytorch.py")
-    collect_ignore.append("tests/importers/models.py")
-if find_spec("onnx") is None:
+if not _installed("torch"):
+    collect_ignore += ["src/stratopt/importers/pytorch.py", "tests/importers/models.py"]
+if not _installed("onnx"):
     collect_ignore.append("src/stratopt/importers/onnxfile.py")
