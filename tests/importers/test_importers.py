@@ -18,7 +18,6 @@ from stratopt.solvers import solve_auto  # noqa: E402
 from .models import GPTBlock, SmallResNet, gpt_flops, resnet_flops  # noqa: E402
 
 
-
 def _installed(module: str) -> bool:
     try:
         __import__(module)
@@ -175,3 +174,32 @@ def test_cli_import_solve_and_errors(tmp_path, capsys) -> None:
     assert main(["import", str(cum)]) == 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "warning" in err and "CumSum" in err
+
+
+class SDPA(torch.nn.Module):
+    """Attention written with PyTorch's fused call, and a feature mixing written as an einsum."""
+
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.d = heads, d
+        self.q, self.k, self.v = (torch.nn.Linear(d, d) for _ in range(3))
+        self.mix = torch.nn.Parameter(torch.randn(d, d))
+
+    def split(self, z):
+        return z.reshape(2, 16, self.h, self.d // self.h).transpose(1, 2)
+
+    def forward(self, x):
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 16, self.d)
+        return torch.einsum("btd,bsd->bts", y, torch.relu(y @ self.mix))
+
+
+def test_attention_and_einsum_map_to_products() -> None:
+    """scaled_dot_product_attention becomes q k^T, softmax and a product with v; an einsum of two
+    tensors is a GEMM; nothing is left unmapped (a warning would fail this test)."""
+    graph = from_torch(SDPA(), (torch.randn(2, 16, 32),))
+    ops = [op.op for op in graph.operators]
+    assert ops.count("softmax") == 1 and "elementwise" not in ops
+    b, t, d = 2, 16, 32
+    expected = 3 * 2 * b * t * d * d + 2 * 2 * b * t * t * d + 2 * b * t * d * d + 2 * b * t * t * d
+    assert flops(graph) == pytest.approx(expected)

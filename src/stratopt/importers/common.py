@@ -6,7 +6,7 @@ An importer turns its framework's graph into :class:`Node` records in topologica
 inference, ``contiguous``, identity), ``unary`` (a pointwise function of one tensor, or of one
 tensor and constants), ``add`` (a pointwise function of two tensors), ``fc``, ``conv``, ``matmul``,
 ``embedding``, ``layernorm``, ``batchnorm``, ``softmax``, ``pool``, ``reduce_mean``, ``reshape``,
-``transpose``, ``concat``, ``lstm``, and ``other`` (anything unmapped, which becomes an
+``transpose``, ``concat``, ``lstm``, ``einsum``, and ``other`` (anything unmapped, which becomes an
 elementwise-cost operator and a warning naming it).
 
 Folding: a ``unary`` node after an operator that can fuse pointwise work (products, convolutions,
@@ -29,7 +29,7 @@ from stratopt.graph.layers import GraphBuilder, TensorRef
 
 __all__ = ["Node", "UnmappedOperatorWarning", "emit", "flops"]
 
-_FUSES = {"fc", "conv", "matmul", "add", "unary", "other"}
+_FUSES = {"fc", "conv", "matmul", "einsum", "add", "unary", "other"}
 
 
 class UnmappedOperatorWarning(UserWarning):
@@ -132,6 +132,8 @@ def _emit_one(
         if len(tensors) == 1 and params and len(params[0].shape) == 2 and ins[0] in env:
             return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
         return None
+    if kind == "einsum" and len(tensors) == 2:
+        return g.einsum(a["equation"], tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
     if kind == "embedding" and tensors and tensors[0].source is None and params:
         vocab, dim = params[0].shape
         return g.embedding(tensors[0], vocab, dim, name=_safe(n.name))

@@ -122,6 +122,9 @@ def _map(
             return Node(out, "other", ins, shape, attrs)
         attrs.update(stride=tuple(a.get("strides", [1, 1])), pad=tuple(pads[:2]), groups=int(a.get("group", 1)))
         return Node(out, "conv", ins, shape, attrs)
+    if op == "Einsum" and len(data) == 2:
+        equation = a["equation"].decode() if isinstance(a["equation"], bytes) else a["equation"]
+        return Node(out, "einsum", data, shape, {**attrs, "equation": equation})
     if op == "BatchNormalization":
         return Node(out, "batchnorm", ins[:1], shape, attrs)
     if op == "LayerNormalization":

@@ -99,9 +99,11 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
         else:
             target = node.target
             fname = getattr(target, "__name__", str(target)) if node.op == "call_function" else str(target)
-            nodes.append(
-                _function_node(torch, node, fname.lstrip("_") if fname.startswith("__") else fname, ins, shape)
-            )
+            fname = fname.strip("_") if fname.startswith("__") else fname
+            if fname == "scaled_dot_product_attention":
+                nodes.extend(_attention(node, ins, shape))
+            else:
+                nodes.append(_function_node(torch, node, fname, ins, shape))
     return nodes
 
 
@@ -201,9 +203,29 @@ def _function_node(torch: Any, node: Any, fname: str, ins: list[str], shape: tup
         return Node(node.name, "add" if len(tensor_args) == 2 else "unary", ins, shape, attrs)
     if fname in _UNARY_FUNCS or fname.endswith("_"):
         return Node(node.name, "unary", ins, shape, attrs)
-    if fname == "scaled_dot_product_attention":
-        return Node(node.name, "other", ins, shape, attrs)
+    if fname == "einsum" and isinstance(args[0], str) and len(tensor_args) == 2:
+        return Node(node.name, "einsum", ins, shape, {**attrs, "equation": args[0]})
+    if fname == "embedding":
+        return Node(node.name, "embedding", ins, shape, attrs)
     return Node(node.name, "other", ins, shape, attrs)
+
+
+def _attention(node: Any, ins: list[str], shape: tuple[int, ...]) -> list[Node]:
+    """scaled_dot_product_attention(q, k, v) as what it computes: softmax(q k^T * scale) v."""
+    q, k = (_shape(a) for a in node.args[:2])
+    if q is None or k is None or len(ins) < 3 or node.kwargs.get("attn_mask") is not None:
+        return [Node(node.name, "other", ins, shape, {"op": "scaled_dot_product_attention"})]
+    perm = [*range(len(k) - 2), len(k) - 1, len(k) - 2]
+    kt = (*k[:-2], k[-1], k[-2])
+    scores = (*q[:-1], k[-2])
+    base = node.name
+    return [
+        Node(f"{base}_kT", "transpose", [ins[1]], kt, {"op": "sdpa", "perm": perm}),
+        Node(f"{base}_scores", "matmul", [ins[0], f"{base}_kT"], scores, {"op": "sdpa"}),
+        Node(f"{base}_scale", "unary", [f"{base}_scores"], scores, {"op": "sdpa"}),
+        Node(f"{base}_softmax", "softmax", [f"{base}_scale"], scores, {"op": "sdpa", "axis": -1}),
+        Node(base, "matmul", [f"{base}_softmax", ins[2]], shape, {"op": "sdpa"}),
+    ]
 
 
 def _from_export(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
