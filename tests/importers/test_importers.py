@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
