@@ -18,17 +18,6 @@ from stratopt.solvers import solve_auto  # noqa: E402
 
 from .models import GPTBlock, SmallResNet, gpt_flops, resnet_flops  # noqa: E402
 
-
-def _installed(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
-needs_onnx = pytest.mark.skipif(not _installed("onnx"), reason="the 'onnx' extra is not installed")
-
 CASES = {
     "gpt": (GPTBlock, (8, 32, 64), lambda: gpt_flops(8, 32, 64)),
     "resnet": (SmallResNet, (8, 3, 32, 32), lambda: resnet_flops(8, 32)),
@@ -70,11 +59,11 @@ def test_gpt_block_operators() -> None:
     assert [op.op for op in ops.values()].count("transpose") == 4  # k's two transposes merge into one
 
 
-@needs_onnx
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_export_imports_to_the_same_graph(name: str, tmp_path) -> None:
     """The same model exported to ONNX (TorchScript exporter, batch norm kept) imports to the same
     operator kinds and shapes, and the same flops."""
+    pytest.importorskip("onnx")
     from stratopt.importers import from_onnx
 
     net, example = model(name)
@@ -89,10 +78,10 @@ def test_onnx_export_imports_to_the_same_graph(name: str, tmp_path) -> None:
     assert flops(imported) == flops(direct)
 
 
-@pytest.mark.skipif(not _installed("onnxscript"), reason="torch's dynamo exporter needs onnxscript")
 def test_dynamo_export_of_the_gpt_block(tmp_path) -> None:
     """torch's default (dynamo) exporter writes GELU as five ONNX nodes and pre-transposed weights;
     the import still gives the same operators and shapes."""
+    pytest.importorskip("onnxscript")
     from stratopt.importers import from_onnx
 
     net, example = model("gpt")
@@ -145,10 +134,10 @@ def test_bad_arguments() -> None:
         from_torch(torch.nn.Linear(16, 8), (torch.randn(4, 15),))
 
 
-@needs_onnx
 def test_cli_import_solve_and_errors(tmp_path, capsys) -> None:
     """'stratopt import' writes a graph that solves; 'solve model.onnx' works directly; a malformed
     file exits 2 with one line; an unmapped ONNX operator is a one-line warning."""
+    pytest.importorskip("onnx")
     net, example = model("resnet")
     onnx_path = tmp_path / "resnet.onnx"
     with warnings.catch_warnings():
