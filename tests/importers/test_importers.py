@@ -193,3 +193,18 @@ def test_attention_and_einsum_map_to_products() -> None:
     b, t, d = 2, 16, 32
     expected = 3 * 2 * b * t * d * d + 2 * 2 * b * t * t * d + 2 * b * t * d * d + 2 * b * t * t * d
     assert flops(graph) == pytest.approx(expected)
+
+
+def test_a_mapping_refused_by_the_builder_falls_back() -> None:
+    """A node the builder refuses (an einsum whose operands disagree on a letter's size) is priced as
+    elementwise work, and the warning names it."""
+    from stratopt.importers.common import Node, emit
+
+    nodes = [
+        Node("x", "input", [], (4, 8)),
+        Node("y", "input", [], (4, 6)),
+        Node("m", "einsum", ["x", "y"], (4, 4), {"op": "einsum", "equation": "ab,ab->aa"}),
+    ]
+    with pytest.warns(UnmappedOperatorWarning, match="einsum"):
+        graph = emit("t", nodes)
+    assert [(op.name, op.op) for op in graph.operators] == [("m", "elementwise")]
