@@ -781,6 +781,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="per-device memory limit in GB (adds the usage constraint)",
         )
 
+    def pricing_options(p: argparse.ArgumentParser) -> None:
+        """How simulate and search price a network (no memory limit: the simulator has none)."""
+        p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")
+        p.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
+        p.add_argument(
+            "--machine", metavar="NAME", help="machine preset: pase, a100, h100 (default h100; pase for --profile pase)"
+        )
+
     p = sub.add_parser(
         "models",
         help="list the networks and placement jobs in models/ and the built-in problems",
@@ -905,11 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--solver", "-s", metavar="S", help="solve the additive model with S for the strategy (default auto)"
     )
-    p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")
-    p.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
-    p.add_argument(
-        "--machine", metavar="NAME", help="machine preset: pase, a100, h100 (default h100; pase for --profile pase)"
-    )
+    pricing_options(p)
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
     p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
     p.add_argument(
@@ -955,11 +959,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"inverse temperature (default {BETA:g})",
     )
     p.add_argument("--seed", type=int, help="seed of the proposals (same seed, same search)")
-    p.add_argument("--procs", "-p", type=_positive_int, metavar="P", help="devices (default 8)")
-    p.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
-    p.add_argument(
-        "--machine", metavar="NAME", help="machine preset: pase, a100, h100 (default h100; pase for --profile pase)"
-    )
+    pricing_options(p)
     p.add_argument(
         "--json",
         action="store_true",
