@@ -186,6 +186,11 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
     return out
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to one short line, for one-line errors."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
 def _safe(name: str) -> str:
     return name.replace(" ", "_") or "node"
 

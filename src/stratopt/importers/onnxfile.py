@@ -9,7 +9,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.importers.common import Node, emit
+from stratopt.importers.common import Node, emit, first_line
 
 __all__ = ["from_onnx"]
 
@@ -43,8 +43,7 @@ def from_onnx(path: str | os.PathLike[str], *, name: str | None = None) -> Graph
         model = onnx.load(where)
         model = onnx.shape_inference.infer_shapes(model)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ModelError(f"{where}: not a readable ONNX model ({first})") from None
+        raise ModelError(f"{where}: not a readable ONNX model ({first_line(exc)})") from None
     graph = model.graph
     if not graph.node:
         raise ModelError(f"{where}: the ONNX graph has no nodes")

@@ -8,7 +8,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.importers.common import Node, emit
+from stratopt.importers.common import Node, emit, first_line
 
 __all__ = ["from_torch"]
 
@@ -60,13 +60,9 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, name: str | None =
             nodes = _from_export(torch, module, example)
         except Exception as exc:
             raise ModelError(
-                f"{label}: cannot trace the model (torch.fx: {_first_line(fx_error)}; torch.export: {_first_line(exc)})"
+                f"{label}: cannot trace the model (torch.fx: {first_line(fx_error)}; torch.export: {first_line(exc)})"
             ) from None
     return emit(label, nodes, source=f"imported from PyTorch ({type(module).__name__})")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _shape(node: Any) -> tuple[int, ...] | None:
@@ -103,7 +99,7 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
             if fname == "scaled_dot_product_attention":
                 nodes.extend(_attention(node, ins, shape))
             else:
-                nodes.append(_function_node(torch, node, fname, ins, shape))
+                nodes.append(_function_node(node, fname, ins, shape))
     return nodes
 
 
@@ -165,7 +161,7 @@ def _pair(x: Any) -> tuple[int, int]:
     return (int(x[0]), int(x[1])) if isinstance(x, list | tuple) else (int(x), int(x))
 
 
-def _function_node(torch: Any, node: Any, fname: str, ins: list[str], shape: tuple[int, ...]) -> Node:
+def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]) -> Node:
     args = node.args
     attrs: dict[str, Any] = {"op": fname}
     tensor_args = [a for a in args if hasattr(a, "meta") and _shape(a) is not None]

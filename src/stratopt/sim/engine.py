@@ -36,7 +36,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stratopt.errors import CrossCheckError
@@ -54,7 +54,6 @@ class Timeline:
     start: list[float]
     end: list[float]
     makespan: float
-    stats: dict[str, Any] = field(default_factory=dict)
 
     def tasks(self) -> list[int]:
         return list(self.graph.tasks())
@@ -126,7 +125,7 @@ def _full(graph: TaskGraph) -> tuple[Timeline, list[list[tuple[float, int, int]]
     done = _run(graph, queue, waiting, last, order, ready, start, end)
     if done != graph.count:
         raise CrossCheckError(f"task graph has a cycle: {graph.count - done} tasks never became ready")
-    return Timeline(graph, ready, start, end, max(last, default=0.0), {"tasks": done}), order
+    return Timeline(graph, ready, start, end, max(last, default=0.0)), order
 
 
 def _run(

@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -163,14 +162,6 @@ def _sub(*parts: int) -> int:
     for x in parts:
         out = (out << 20) | x
     return out
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where an operator's partitions run and which tile of each tensor they hold."""
-
-    parts: int
-    devices: tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=65536)
