@@ -1,0 +1,114 @@
+"""Prove that a refactoring left behaviour unchanged: zoo optima, case-bank optima, README outputs.
+
+``python scripts/check_unchanged.py record`` writes ``tests/data/unchanged.json`` from the current
+code; ``python scripts/check_unchanged.py`` (check) recomputes everything and prints a table of what
+differs (exit 1 if anything does). The zoo part of the file is also pinned by
+``tests/test_unchanged.py``; the README commands are only here (they take a minute).
+
+Recorded: the DP optimum of every network in ``models/`` at p = 4 and 8 under both profiles
+(``pase`` on the ``pase`` machine, ``default`` on ``h100``), every case-bank optimum by brute force,
+and the stdout of the README's console commands with wall times masked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "unchanged.json"
+
+#: The README's console commands whose output does not depend on the machine's speed.
+README_COMMANDS = (
+    "stratopt solve example",
+    "stratopt evaluate example --assignment 0,0,1,1,0",
+    "stratopt compare example --solvers brute,dp,mip-highs,mip-cbc,cpsat,greedy",
+    "stratopt solve alexnet --procs 4 --profile pase",
+    "stratopt solve vgg19 --procs 8 --machine a100 --explain",
+    "stratopt place seed004-appendix --algo submodular --json",
+    "stratopt place seed004-appendix --algo cpsat",
+    "stratopt simulate vgg19 -p 8",
+    "stratopt search vgg19 -p 8 --mcmc --budget 500 --seed 0",
+)
+
+#: Seconds, timestamps and wall times vary from run to run; everything else must not.
+_VARYING = (
+    (re.compile(r'"(wall_time|seconds|build_seconds|priced_in)": [0-9.e-]+'), r'"\1": T'),
+    (re.compile(r"\b\d+(\.\d+)? s\b"), "T s"),
+    (re.compile(r"│\s+[0-9.]+\s+│\n"), "│ T │\n"),
+    (re.compile(r"(time\s+)[0-9.]+ s"), r"\1T s"),
+)
+
+
+def zoo_optima() -> dict[str, object]:
+    """DP optimum per (network, profile, p)."""
+    from stratopt.cost import build
+    from stratopt.instances import list_models, load_instance
+    from stratopt.solvers import solve
+
+    out: dict[str, object] = {}
+    for name, _ in list_models():
+        graph = load_instance(name)
+        for profile, machine in (("pase", "pase"), ("default", "h100")):
+            for p in (4, 8):
+                costing = build(graph, p, profile=profile, machine=machine)
+                result = solve(costing.problem, "dp")
+                out[f"{name}/{profile}/p{p}"] = result.objective
+    return out
+
+
+def case_optima() -> dict[str, object]:
+    """Brute-force optimum per case-bank case (None: infeasible)."""
+    from stratopt.harness.cases import CASES
+    from stratopt.solvers import solve
+
+    out: dict[str, object] = {}
+    for case in CASES:
+        result = solve(case.build(), "brute")
+        out[case.name] = result.objective
+    return out
+
+
+def readme_outputs() -> dict[str, str]:
+    out = {}
+    for command in README_COMMANDS:
+        argv = [sys.executable, "-m", "stratopt", *command.split()[1:]]
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+        text = f"exit {proc.returncode}\n{proc.stdout}"
+        for pattern, repl in _VARYING:
+            text = pattern.sub(repl, text)
+        out[command] = text
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", nargs="?", choices=("record", "check"), default="check")
+    parser.add_argument("--no-readme", action="store_true", help="skip the README commands")
+    args = parser.parse_args()
+    now = {"zoo": zoo_optima(), "cases": case_optima()}
+    if not args.no_readme:
+        now["readme"] = readme_outputs()
+    if args.mode == "record":
+        DATA.parent.mkdir(parents=True, exist_ok=True)
+        DATA.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {sum(len(v) for v in now.values())} values in {DATA.relative_to(ROOT)}")
+        return 0
+    before = json.loads(DATA.read_text())
+    differ = 0
+    for part, values in now.items():
+        for key, value in values.items():
+            same = before[part].get(key) == value
+            differ += not same
+            if not same:
+                print(f"DIFFERS {part} {key}:\n  before: {before[part].get(key)!r}\n  now:    {value!r}")
+        print(f"{part}: {len(values)} checked, {sum(before[part].get(k) == v for k, v in values.items())} identical")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
