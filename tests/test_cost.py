@@ -36,7 +36,7 @@ def mlp():
 
 def test_fc_vertex_cost_by_hand():
     """t_V of a GEMM: 3mnk + 3pw mn + the three all-reduces, per device block."""
-    c = build(mlp(), 4)
+    c = build(mlp(), 4, profile="pase")
     # fc1 domain (b=8, n=8, k=16); config b2 k2: block m=4, n=8, k=8.
     i = choice(c, 0, (2, 1, 2))
     expected = 3 * 4 * 8 * 8 + 3 * 1 * 4 * 8 + ar(4 * 8, 2) + ar(4 * 8, 1) + ar(8 * 8, 2)
@@ -48,7 +48,7 @@ def test_conv_vertex_cost_by_hand():
     """t_V of a convolution: the im2col GEMM m = b h w, n = filters, k = c r s; h, w never split."""
     g = GraphBuilder("conv")
     g.conv(g.input((16, 8, 8, 8)), (16, 8, 3, 3), pad=1)
-    c = build(g.build(), 4)
+    c = build(g.build(), 4, profile="pase")
     assert all(row[2] == row[3] == 1 for row in c.configs[0].tolist())
     i = choice(c, 0, (2, 2, 1, 1, 1, 1, 1))  # b2 c2
     m, n, k = 16 * 8 * 8 / 2, 16, 8 * 3 * 3 / 2
@@ -68,7 +68,7 @@ def test_conv_vertex_cost_by_hand():
 )
 def test_edge_cost_by_hand(src, dst, words):
     """t_E = r * 2 * (consumer tile - overlap with the producer tile), overlap 0 when P_v > P_u."""
-    c = build(mlp(), 4)
+    c = build(mlp(), 4, profile="pase")
     matrix = c.problem.edge_cost(0)
     assert matrix[choice(c, 0, src), choice(c, 1, dst)] == R * 2 * words
 
@@ -80,8 +80,11 @@ def test_alexnet_matches_pase_optimum():
     assert dp.status.value == "optimal"
     assert math.isclose(dp.objective, 148215719552, rel_tol=1e-9)
     cp = solve(costing.problem, "cpsat", time_limit=60)
-    assert cp.status.value == "optimal"
+    # PaSE's costs are floats: CP-SAT proves the optimum of the rounded costs, so its answer is
+    # FEASIBLE (Limit.PRECISION) with a bound lowered by the rounding error, never OPTIMAL.
+    assert cp.status.value == "feasible" and cp.limit.value == "precision"
     assert math.isclose(cp.objective, dp.objective, rel_tol=1e-9)
+    assert cp.bound <= dp.objective
 
 
 def test_zoo_files_match_builders():

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from scripts.check_unchanged import case_optima, zoo_optima
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "unchanged.json").read_text())

@@ -12,15 +12,28 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.io import graph_from_dict, is_graph_dict
 from stratopt.graph.ir import Graph
 from stratopt.placement.instance import PlacementInstance, is_placement_dict, placement_from_dict
-from stratopt.problem import StrategyProblem, _read_json, from_iopddl_dict
+from stratopt.problem import StrategyProblem, from_iopddl_dict, read_json
 
-__all__ = ["BUILTIN", "list_models", "list_placements", "load_instance", "load_problem", "models_dir"]
+if TYPE_CHECKING:
+    from stratopt.cost import Costing
+
+__all__ = [
+    "BUILTIN",
+    "catalogue",
+    "list_models",
+    "list_placements",
+    "load_instance",
+    "load_placement",
+    "load_priced",
+    "load_problem",
+    "models_dir",
+]
 
 #: Built-in instances shipped inside the package: name -> (file, one-line description).
 BUILTIN: dict[str, tuple[str, str]] = {
@@ -126,7 +139,7 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
         from stratopt.importers import from_onnx
 
         return from_onnx(path)
-    data = _read_json(path)
+    data = read_json(path)
     if isinstance(data, dict) and "problem" in data:
         return from_iopddl_dict(data, source=text)
     if is_graph_dict(data):
@@ -158,3 +171,63 @@ def load_problem(instance: str | os.PathLike[str]) -> StrategyProblem:
     if isinstance(loaded, Graph):
         raise ModelError(f"{os.fspath(instance)}: an operator graph; price it first (stratopt.cost.build or --procs)")
     return loaded
+
+
+def catalogue() -> dict[str, list[dict[str, Any]]]:
+    """What ``stratopt models`` lists: networks, placement jobs and built-in problems, with sizes."""
+    return {
+        "networks": [{"name": n, **h} for n, h in list_models()],
+        "placements": [{"name": n, **h} for n, h in list_placements()],
+        "problems": [{"name": n, "description": d} for n, (_, d) in sorted(BUILTIN.items())],
+    }
+
+
+def load_placement(instance: str | os.PathLike[str]) -> PlacementInstance:
+    """A placement job (name or file); a :class:`ModelError` for anything else."""
+    loaded = load_instance(instance)
+    if not isinstance(loaded, PlacementInstance):
+        raise ModelError(
+            f'{os.fspath(instance)}: not a placement instance (expected a file with "format": "stratopt-placement" '
+            "or a placement job from 'stratopt models')"
+        )
+    return loaded
+
+
+def load_priced(
+    instance: str | os.PathLike[str],
+    *,
+    procs: int | None = None,
+    profile: str | None = None,
+    machine: str | None = None,
+    memory_gb: float | None = None,
+) -> tuple[StrategyProblem, Costing | None]:
+    """The problem behind any instance, and its :class:`~stratopt.cost.Costing` for a network.
+
+    A network (or graph or ONNX file) is priced by :func:`stratopt.cost.build` with the given
+    options and the library's defaults for the rest; a problem file or a placement job (in its
+    additive view) is taken as it is, and pricing options for it are refused with a
+    :class:`ModelError` naming them.
+    """
+    from stratopt.cost import DEFAULT_PROCS, DEFAULT_PROFILE, build
+
+    loaded = load_instance(instance)
+    if not isinstance(loaded, Graph):
+        given = [
+            name
+            for name, v in (("procs", procs), ("profile", profile), ("machine", machine), ("memory", memory_gb))
+            if v is not None
+        ]
+        if given:
+            kind = "a placement" if isinstance(loaded, PlacementInstance) else "a problem file"
+            raise ModelError(
+                f"{os.fspath(instance)}: {', '.join('--' + g for g in given)} apply to operator graphs, not to {kind}"
+            )
+        return load_problem(instance) if isinstance(loaded, PlacementInstance) else loaded, None
+    costing = build(
+        loaded,
+        DEFAULT_PROCS if procs is None else procs,
+        profile=profile or DEFAULT_PROFILE,
+        machine=machine,
+        memory_gb=memory_gb,
+    )
+    return costing.problem, costing

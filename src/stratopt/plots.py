@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["cost_vs_procs", "gaps", "time_vs_size"]
+__all__ = ["cost_vs_procs", "gaps", "pyplot", "time_vs_size"]
 
 
 def cost_vs_procs(
@@ -13,7 +13,7 @@ def cost_vs_procs(
 ) -> None:
     """One line per network: the optimal strategy's cost against the device count (log-log),
     with the ideal linear-scaling line from each network's first point for reference."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     for name, points in series.items():
         procs = [p for p, _ in points]
@@ -31,7 +31,8 @@ def cost_vs_procs(
     plt.close(fig)
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def pyplot():  # type: ignore[no-untyped-def]
+    """matplotlib.pyplot on the Agg back-end (files only, no screen needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,7 +43,7 @@ def _pyplot():  # type: ignore[no-untyped-def]
 
 def time_vs_size(records: Sequence[dict], path: str | os.PathLike[str]) -> None:
     """Solve seconds against problem size (total choices over all vertices), one series per solver."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     for solver in dict.fromkeys(r["solver"] for r in records):
         pts = sorted((r["choices"], max(r["seconds"], 1e-4)) for r in records if r["solver"] == solver)
@@ -60,7 +61,7 @@ def time_vs_size(records: Sequence[dict], path: str | os.PathLike[str]) -> None:
 
 def gaps(rows: Sequence[tuple[str, str, float]], path: str | os.PathLike[str]) -> None:
     """Each heuristic's relative gap to the proven optimum, one group of bars per (instance, p)."""
-    plt = _pyplot()
+    plt = pyplot()
     cases = list(dict.fromkeys(c for c, _, _ in rows))
     solvers = list(dict.fromkeys(s for _, s, _ in rows))
     fig, ax = plt.subplots(figsize=(max(6.4, 0.45 * len(cases) + 2), 4.4), layout="constrained")

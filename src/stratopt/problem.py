@@ -35,7 +35,9 @@ __all__ = [
     "StrategyProblem",
     "evaluate",
     "from_iopddl_dict",
+    "parse_assignment",
     "read_iopddl",
+    "read_json",
     "to_iopddl_dict",
     "write_iopddl",
 ]
@@ -376,6 +378,19 @@ class StrategyProblem:
         return self._k
 
     @property
+    def largest_total(self) -> float:
+        """The largest magnitude any sum of one allowed cost per vertex and per edge can reach
+        (forbidden entries left out): what a float64 accumulator must hold exactly."""
+        total = 0.0
+        for v in range(self.num_vertices):
+            allowed = np.abs(float_costs(self.node_cost(v), 0.0))
+            total += float(allowed.max()) if allowed.size else 0.0
+        for e in range(self.num_edges):
+            allowed = np.abs(float_costs(self.edge_cost(e), 0.0))
+            total += float(allowed.max()) if allowed.size else 0.0
+        return total
+
+    @property
     def search_space_size(self) -> int:
         """The number of complete assignments, prod(K_v), as an exact integer."""
         return math.prod(self._k.tolist())
@@ -511,7 +526,7 @@ class StrategyProblem:
         }
         unknown = set(changes) - set(args)
         if unknown:
-            raise TypeError(f"replace() got unknown fields: {', '.join(sorted(unknown))}")
+            raise ModelError(f"replace() got unknown fields: {', '.join(sorted(unknown))}")
         args.update(changes)
         return StrategyProblem(**args)
 
@@ -542,6 +557,10 @@ class Evaluation:
     feasible: bool
     violation: str | None
     peak_usage: Number | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``evaluate --json`` fields."""
+        return {k: getattr(self, k) for k in ("objective", "feasible", "violation", "peak_usage")}
 
 
 def check_assignment(problem: StrategyProblem, assignment: Iterable[int]) -> np.ndarray:
@@ -723,7 +742,8 @@ def from_iopddl_dict(data: Any, *, source: str = "problem") -> StrategyProblem:
         raise ModelError(f"{source}: {exc}") from None
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file, gzipped or not, with a one-line :class:`ModelError` for a missing or malformed one."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -755,7 +775,7 @@ def read_iopddl(path: str | os.PathLike[str]) -> StrategyProblem:
         starts with the path.
     """
     path = Path(path)
-    return from_iopddl_dict(_read_json(path), source=str(path))
+    return from_iopddl_dict(read_json(path), source=str(path))
 
 
 def to_iopddl_dict(problem: StrategyProblem) -> dict[str, Any]:
@@ -800,3 +820,42 @@ def write_iopddl(problem: StrategyProblem, path: str | os.PathLike[str]) -> None
     if path.suffix == ".gz":
         text = gzip.compress(text, mtime=0)
     path.write_bytes(text)
+
+
+def parse_assignment(text: str) -> list[int]:
+    """An assignment as users write it: a JSON list, a comma-separated list, or a file holding either
+    (or a ``solve --json`` object); a one-line :class:`ModelError` for anything else.
+
+    Examples
+    --------
+    >>> parse_assignment("0,0,2, 1,0"), parse_assignment('{"assignment": [1, 2]}')
+    ([0, 0, 2, 1, 0], [1, 2])
+    """
+    source = text
+    path = Path(text)
+    if not text.lstrip().startswith("[") and "," not in text and path.exists():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelError(f"assignment file {source}: cannot read ({exc})") from None
+    stripped = text.strip()
+    if not stripped:
+        raise ModelError(f"assignment {source!r} is empty")
+    if stripped[0] in "[{":
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ModelError(
+                f"assignment {source}: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            ) from None
+        if isinstance(data, dict):
+            data = data.get("assignment")
+        if not isinstance(data, list):
+            raise ModelError(f"assignment {source}: expected a list of choice indices")
+        return data
+    try:
+        return [int(x) for x in stripped.replace(" ", "").strip(",").split(",")]
+    except ValueError:
+        if not path.exists() and "," not in stripped and "[" not in stripped:
+            raise ModelError(f"assignment {source!r}: no such file, and not a list of choice indices") from None
+        raise ModelError(f"assignment {source!r}: expected comma-separated integers") from None

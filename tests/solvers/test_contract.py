@@ -11,8 +11,10 @@ from stratopt import (
     ModelError,
     Result,
     Solver,
+    SolverError,
     SolverUnavailableError,
     Status,
+    StratoptError,
     available,
     load_problem,
     solve,
@@ -69,10 +71,11 @@ def test_heuristic_cannot_claim_optimal():
 
 @pytest.mark.parametrize("status", list(Status))
 def test_limit_is_set_exactly_for_feasible_and_no_solution(status):
-    """Result refuses a limit on a final status and demands one on FEASIBLE / NO_SOLUTION."""
+    """Result refuses a limit on a final status and demands one on FEASIBLE / NO_SOLUTION (a
+    SolverError: a solver broke the contract)."""
     answer = None if status in (Status.INFEASIBLE, Status.NO_SOLUTION, Status.ERROR) else (0,)
     needs = status in (Status.FEASIBLE, Status.NO_SOLUTION)
-    with pytest.raises(ValueError):
+    with pytest.raises(SolverError):
         Result("x", status, assignment=answer, limit=None if needs else Limit.TIME)
     Result("x", status, assignment=answer, limit=Limit.TIME if needs else None)
 
@@ -93,8 +96,8 @@ def test_registry():
 
 
 def test_options_need_a_named_solver():
-    """Solver-specific options are refused with solver='auto'."""
-    with pytest.raises(TypeError):
+    """Solver-specific options are refused with solver='auto', as a library error (not TypeError)."""
+    with pytest.raises(StratoptError, match="need a named solver"):
         solve(load_problem("example"), max_strategies=5)
 
 

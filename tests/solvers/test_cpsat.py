@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stratopt import Status, StrategyProblem, load_problem, solve
+from stratopt import Limit, Status, StrategyProblem, load_problem, solve
 from stratopt.solvers.formulation import _maximal_cliques, build
 
 from ..conftest import BIG, problems
@@ -123,11 +125,56 @@ def test_every_cpsat_status_is_mapped():
 
 
 def test_float_costs_report_rounding():
-    """Float costs are scaled to integers and the rounding error is reported."""
+    """Float costs that the scaling rounds: the answer is FEASIBLE (Limit.PRECISION), never
+    OPTIMAL, and the bound is lowered by the reported rounding error (below brute's optimum)."""
     p = StrategyProblem([[0.25, 1.5], [0.75, 0.1]], [(0, 1)], [[[0.0, 2.5], [2.5, 0.0]]])
     r = solve(p, "cpsat")
-    assert r.status is Status.OPTIMAL and r.objective == pytest.approx(solve(p, "brute").objective)
+    optimum = solve(p, "brute").objective
+    assert r.status is Status.FEASIBLE and r.limit is Limit.PRECISION
+    assert r.objective == pytest.approx(optimum)
     assert 0 < r.stats["rounding_error"] < 1e-6
+    assert r.bound <= optimum and r.bound >= optimum - 2 * r.stats["rounding_error"]
+
+
+def test_dyadic_float_costs_scale_exactly():
+    """Costs that a power-of-two scale makes integral lose nothing: OPTIMAL with error 0."""
+    p = StrategyProblem([[0.25, 1.5], [0.75, 0.125]], [(0, 1)], [[[0.0, 2.5], [2.5, 0.0]]])
+    r = solve(p, "cpsat")
+    assert r.status is Status.OPTIMAL and r.stats["rounding_error"] == 0
+    assert r.objective == r.bound == solve(p, "brute").objective
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(max_vertices=4), st.floats(0.001, 1000.0))
+def test_cpsat_float_bound_never_exceeds_the_optimum(problem, factor):
+    """Random problems with every cost multiplied by a float: CP-SAT's bound is at most brute
+    force's optimum, its answer within twice the rounding error of it, OPTIMAL only when exact."""
+    scaled = StrategyProblem(
+        [
+            np.where(problem.node_cost(v) >= BIG, BIG, problem.node_cost(v) * factor)
+            for v in range(problem.num_vertices)
+        ],
+        problem.edges.tolist(),
+        [np.where(problem.edge_cost(e) >= BIG, BIG, problem.edge_cost(e) * factor) for e in range(problem.num_edges)],
+        **(
+            {
+                "intervals": problem.intervals,
+                "usages": [problem.usage(v) for v in range(problem.num_vertices)],
+                "usage_limit": problem.usage_limit,
+            }
+            if problem.usage_limit is not None
+            else {}
+        ),
+    )
+    exact = solve(scaled, "brute")
+    r = solve(scaled, "cpsat", time_limit=60)
+    if exact.status is not Status.OPTIMAL:
+        assert r.status is exact.status
+        return
+    error = r.stats["rounding_error"]
+    assert r.status is (Status.OPTIMAL if error == 0 else Status.FEASIBLE)
+    assert r.bound <= exact.objective + 1e-9 * max(1.0, abs(exact.objective))
+    assert r.objective <= exact.objective + 2 * error + 1e-9 * max(1.0, abs(exact.objective))
 
 
 def test_auto_uses_an_exact_formulation_when_the_limit_binds():
@@ -161,3 +208,19 @@ def test_unknown_status_falls_back_to_the_hint(monkeypatch):
     r = solve(p, "cpsat")
     assert r.status is Status.FEASIBLE and r.stats["answer_from"] == "hint"
     assert r.objective >= 445 and r.bound <= 445 and r.limit is Limit.TIME
+
+
+def test_presolve_stops_when_a_fold_proves_infeasibility():
+    """Dominance empties vertex 2 down to choice 1, whose fold leaves vertex 1 nothing allowed:
+    the presolve reports infeasibility (it used to test dominance on the empty domain and crash)."""
+    f = BIG
+    p = StrategyProblem(
+        [[0, f, 0], [0, 0, f], [0, 0], [0]],
+        [(0, 1), (1, 2)],
+        [
+            [[f, 0, 0], [0, 0, f], [0, f, 0]],
+            [[f, f], [f, f], [0, f]],
+        ],
+    )
+    assert build(p).infeasible == "vertex 1 has no allowed choice left"
+    assert solve(p, "cpsat").status is solve(p, "brute").status is Status.INFEASIBLE

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratopt import Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
+from stratopt import Limit, Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
 from stratopt.solvers.dp import ORDERINGS, plan
 
 from ..conftest import BIG, problems
@@ -127,7 +127,7 @@ def test_auto_moves_on_when_the_dp_refuses(monkeypatch):
     r = solve(p, time_limit=5)
     assert r.solver == "mip-highs" and r.status in (Status.OPTIMAL, Status.FEASIBLE)
     assert r.stats["auto"].startswith("dp refused")
-    monkeypatch.setattr("stratopt.solvers.AUTO_MIP_VERTICES", 10)
+    monkeypatch.setattr("stratopt.solvers.dispatch.AUTO_MIP_VERTICES", 10)
     r = solve(p, time_limit=2)
     assert r.solver == "greedy" and r.status is Status.FEASIBLE
 
@@ -181,3 +181,26 @@ def test_pruning_keeps_an_optimum_with_spread_costs(data):
     edges += [(0, n - 1)] if n > 2 else []
     costs = [[[data.draw(st.integers(0, 60)) for _ in range(ks[v])] for _ in range(ks[u])] for u, v in edges]
     assert_matches_brute(StrategyProblem(node, edges, costs))
+
+
+def test_dp_honours_its_time_limit():
+    """Past its time limit the DP stops between eliminations: NO_SOLUTION with Limit.TIME (it used
+    to ignore the limit and answer OPTIMAL however long it took)."""
+    rng = np.random.default_rng(5)
+    edges = [(u, v) for u in range(6) for v in range(u + 1, 6)]  # K6: nothing for the pre-pass
+    p = StrategyProblem(rng.integers(0, 50, (6, 4)).tolist(), edges, [rng.integers(0, 50, (4, 4)) for _ in edges])
+    r = solve(p, "dp", time_limit=1e-9)
+    assert r.status is Status.NO_SOLUTION and r.limit is Limit.TIME and r.assignment is None
+    assert solve(p, "dp").status is Status.OPTIMAL
+
+
+def test_sums_past_two_to_the_53_are_not_called_optimal():
+    """Integer costs whose sums pass 2**53 cannot be held exactly in the DP's float64 tables: the
+    answer is FEASIBLE with Limit.PRECISION and a bound below brute force's exact optimum."""
+    big = 2**52
+    p = StrategyProblem([[big, big + 1], [big + 3, big]], [(0, 1)], [[[1, 0], [0, 1]]])
+    assert p.largest_total >= 2**53
+    exact = solve(p, "brute")
+    r = solve(p, "dp")
+    assert r.status is Status.FEASIBLE and r.limit is Limit.PRECISION and "2**53" in r.stats["precision"]
+    assert r.bound <= exact.objective <= r.objective

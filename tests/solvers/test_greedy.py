@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from stratopt import Limit, Status, StrategyProblem, load_problem, solve
-from stratopt.solvers._local import Domains, LocalEngine
+from stratopt.solvers.local_search import Domains, LocalEngine
 
 from ..conftest import BIG, problems
 
@@ -71,7 +71,7 @@ def test_forest_step_never_raises_cost():
     p = StrategyProblem([[0, 5], [5, 0], [0, 5]], [(0, 1), (1, 2)], [[[9, 0], [0, 9]], [[9, 0], [0, 9]]])
     import numpy as np
 
-    from stratopt.solvers._local import InducedForest
+    from stratopt.solvers.local_search import InducedForest
 
     engine = LocalEngine(p)
     forest = InducedForest(engine, np.arange(3))
@@ -92,7 +92,7 @@ def test_greedy_is_reproducible():
 
 def test_window_covering_the_graph_reaches_the_optimum():
     """A window as large as the problem is an exact DP solve: one step reaches the optimum."""
-    from stratopt.solvers._window import WindowSearch
+    from stratopt.solvers.window_search import WindowSearch
 
     rng = np.random.default_rng(5)
     edges = [(v, v + 1) for v in range(9)] + [(0, 5), (2, 7)]

@@ -148,36 +148,23 @@ def _operator(entry: Any, i: int) -> Operator:
 
 
 def _topological(ops: list[Operator]) -> list[Operator]:
-    """Operators in a topological order (stable: file order where possible); a cycle is an error."""
-    by_name = {op.name: op for op in ops}
-    if len(by_name) != len(ops):
-        seen: set[str] = set()
-        for op in ops:
-            if op.name in seen:
-                raise ModelError(f"operator {op.name!r} is defined twice")
-            seen.add(op.name)
-    state: dict[str, int] = {}
-    order: list[Operator] = []
-    for root in ops:
-        if root.name in state:
-            continue
-        stack = [(root, 0)]
-        state[root.name] = 1
-        while stack:
-            op, i = stack.pop()
-            sources = [t.source for t in op.inputs if t.source is not None and t.source in by_name]
-            if i < len(sources):
-                stack.append((op, i + 1))
-                nxt = sources[i]
-                if state.get(nxt) == 1:
-                    raise ModelError(f"operator {nxt!r}: the graph has a cycle through it")
-                if nxt not in state:
-                    state[nxt] = 1
-                    stack.append((by_name[nxt], 0))
-            else:
-                state[op.name] = 2
-                order.append(op)
-    return order
+    """Operators in a topological order (file order where possible); a cycle is an error."""
+    import networkx as nx
+
+    index: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if op.name in index:
+            raise ModelError(f"operator {op.name!r} is defined twice")
+        index[op.name] = i
+    g = nx.DiGraph()
+    g.add_nodes_from(index)
+    g.add_edges_from((t.source, op.name) for op in ops for t in op.inputs if t.source in index)
+    try:
+        order = list(nx.lexicographical_topological_sort(g, key=index.__getitem__))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(g)
+        raise ModelError(f"operator {cycle[0][0]!r}: the graph has a cycle through it") from None
+    return [ops[index[name]] for name in order]
 
 
 def graph_from_dict(data: Any, *, source: str = "graph") -> Graph:
@@ -196,9 +183,9 @@ def graph_from_dict(data: Any, *, source: str = "graph") -> Graph:
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """Load a graph from a ``.json`` or ``.json.gz`` file."""
-    from stratopt.problem import _read_json
+    from stratopt.problem import read_json
 
-    return graph_from_dict(_read_json(Path(path)), source=os.fspath(path))
+    return graph_from_dict(read_json(Path(path)), source=os.fspath(path))
 
 
 def save_graph(graph: Graph, path: str | os.PathLike[str]) -> None:
@@ -208,8 +195,11 @@ def save_graph(graph: Graph, path: str | os.PathLike[str]) -> None:
     lines = [json.dumps(op, separators=(",", ":")) for op in data["operators"]]
     text = json.dumps(head)[:-1] + ', "operators": [\n' + ",\n".join(lines) + "\n]}\n"
     target = Path(path)
-    if target.suffix == ".gz":
-        with gzip.open(target, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        target.write_text(text, encoding="utf-8")
+    try:
+        if target.suffix == ".gz":
+            with gzip.open(target, "wt", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ModelError(f"cannot write {target}: {exc.strerror}") from None

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stratopt.instances import load_problem
-from stratopt.problem import Number, StrategyProblem
+from stratopt.problem import FORBIDDEN, Number, StrategyProblem
 
 __all__ = ["CASES", "Case"]
 
-F = 10**18  # a forbidden entry, as IOPDDL files write it
+F = FORBIDDEN  # a forbidden entry
 
 
 @dataclass(frozen=True)

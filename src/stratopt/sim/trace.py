@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stratopt.errors import ModelError
+from stratopt.errors import CrossCheckError, ModelError
 from stratopt.sim.engine import Timeline
 
-__all__ = ["Event", "events", "gantt", "summary", "write_chrome_trace"]
+__all__ = ["Event", "events", "gantt", "simulate_strategy", "summary", "write_chrome_trace"]
 
 #: Colours of the Gantt chart by task kind.
 _COLOURS = {
@@ -45,11 +45,15 @@ def events(timeline: Timeline) -> list[Event]:
 
 
 def summary(timeline: Timeline, *, top: int = 0) -> dict[str, Any]:
-    """Iteration time, per-device utilisation, link busy time and the critical path."""
+    """Iteration time, per-device utilisation, link busy time, the critical path and its time per
+    task kind (forward, backward, transfer, ...), longest first."""
     g = timeline.graph
     busy = timeline.busy()
     path = timeline.critical_path()
     links = {g.resource_names[r]: busy[r] for r in range(len(g.devices), g.num_resources) if busy[r] > 0}
+    by_kind: dict[str, float] = {}
+    for t in path:
+        by_kind[g.kind(t)] = by_kind.get(g.kind(t), 0.0) + timeline.end[t] - timeline.start[t]
     out: dict[str, Any] = {
         "iteration_time": timeline.makespan,
         "tasks": g.count,
@@ -64,6 +68,7 @@ def summary(timeline: Timeline, *, top: int = 0) -> dict[str, Any]:
             }
             for t in path
         ],
+        "critical_path_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
     }
     return out
 
@@ -103,7 +108,7 @@ def write_chrome_trace(rows: Sequence[Event], path: str | os.PathLike[str], *, u
 
 def gantt(rows: Sequence[Event], path: str | os.PathLike[str], *, title: str, units: str = "us") -> None:
     """A Gantt chart PNG: one row per device (and per busy link), bars coloured by task kind."""
-    from stratopt.plots import _pyplot
+    from stratopt.plots import pyplot
 
     resources: list[str] = []
     for ev in rows:
@@ -111,7 +116,7 @@ def gantt(rows: Sequence[Event], path: str | os.PathLike[str], *, title: str, un
             resources.append(ev.resource)
     resources.sort(key=lambda r: ("->" in r, _natural(r)))
     row = {r: i for i, r in enumerate(resources)}
-    plt = _pyplot()
+    plt = pyplot()
     height = max(2.5, 0.22 * len(resources) + 1.2)
     fig, ax = plt.subplots(figsize=(11, min(height, 40)), layout="constrained")
     by_kind: dict[str, list[tuple[float, float, int]]] = {}
@@ -140,3 +145,25 @@ def _natural(name: str) -> tuple[Any, ...]:
     import re
 
     return tuple(int(x) if x.isdigit() else x for x in re.split(r"(\d+)", name))
+
+
+def simulate_strategy(costing: Any, assignment: Sequence[int]) -> tuple[Timeline, dict[str, Any]]:
+    """Simulate one training step of a strategy and check the timeline independently.
+
+    Returns the timeline and :func:`summary` (top 5 links) with the strategy's ``additive_cost``
+    and the simulation's ``wall_time`` added.
+    """
+    import time
+
+    from stratopt.problem import evaluate
+    from stratopt.sim.engine import check_timeline, simulate_tasks
+    from stratopt.sim.taskgraph import StrategyTasks
+
+    started = time.perf_counter()
+    timeline = simulate_tasks(StrategyTasks(costing, assignment).graph)
+    took = time.perf_counter() - started
+    problems = check_timeline(timeline)
+    if problems:  # the simulator and the checker disagree: a bug, not bad input
+        raise CrossCheckError(f"simulated timeline fails its check: {problems[0]}")
+    info = summary(timeline, top=5)
+    return timeline, {**info, "additive_cost": evaluate(costing.problem, assignment).objective, "wall_time": took}

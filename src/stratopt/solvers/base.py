@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from stratopt.errors import SolverError
 from stratopt.problem import Number, StrategyProblem
 
 __all__ = ["Limit", "Result", "Solver", "Status"]
@@ -35,6 +36,9 @@ class Limit(enum.Enum):
     ITERATION = "iteration"
     MEMORY = "memory"
     INTERRUPTED = "interrupted"
+    #: The search finished, but on costs it could not hold exactly (floats scaled and rounded for
+    #: CP-SAT, integer sums past 2**53 in float64 tables): the bound allows for the error.
+    PRECISION = "precision"
     #: The method never proves optimality (a heuristic), or gave up without a reason to state.
     HEURISTIC = "heuristic"
     OTHER = "other"
@@ -76,10 +80,10 @@ class Result:
     def __post_init__(self) -> None:
         needs_limit = self.status in (Status.FEASIBLE, Status.NO_SOLUTION)
         if needs_limit != (self.limit is not None):
-            raise ValueError(f"a {self.status.value} result must {'' if needs_limit else 'not '}carry a limit")
+            raise SolverError(f"a {self.status.value} result must {'' if needs_limit else 'not '}carry a limit")
         has_answer = self.status in (Status.OPTIMAL, Status.FEASIBLE)
         if has_answer and self.assignment is None:
-            raise ValueError(f"a {self.status.value} result needs an assignment")
+            raise SolverError(f"a {self.status.value} result needs an assignment")
 
     @property
     def gap(self) -> float | None:

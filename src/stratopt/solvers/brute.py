@@ -11,10 +11,14 @@ from stratopt.errors import UnsupportedProblemError
 from stratopt.problem import FORBIDDEN, StrategyProblem
 from stratopt.solvers.base import Limit, Result, Status
 
-__all__ = ["DEFAULT_MAX_STRATEGIES", "BruteForce"]
+__all__ = ["DEFAULT_MAX_STRATEGIES", "SMALL_SPACE", "BruteForce"]
 
 #: Refuse problems with more complete assignments than this unless told otherwise.
 DEFAULT_MAX_STRATEGIES = 2_000_000
+
+#: Problems with at most this many assignments are small enough that ``auto`` proves them by
+#: enumeration and ``compare`` adds brute force to its default solvers (a second or two here).
+SMALL_SPACE = 100_000
 
 _CHUNK = 1 << 15
 

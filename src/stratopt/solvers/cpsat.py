@@ -1,20 +1,19 @@
-"""CP-SAT (OR-Tools) on the shared formulation."""
+"""CP-SAT (OR-Tools) on the shared formulation, in the driver's build / run / decode shape."""
 
 from __future__ import annotations
 
 import math
-import os
-import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from stratopt.problem import StrategyProblem, evaluate
+from stratopt.problem import StrategyProblem
 from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.driver import HintProvider, Limits, Raw, drive, pick_hint
 from stratopt.solvers.formulation import Formulation, Key, build
-from stratopt.solvers.greedy import greedy_start
 
-__all__ = ["CpSat", "map_status"]
+__all__ = ["CpSat", "CpSatEncoding", "map_status"]
 
 #: Largest objective coefficient after scaling float costs.
 _MAX_COEFFICIENT = 1e9
@@ -32,17 +31,47 @@ def map_status(name: str) -> tuple[Status, Limit | None]:
     return table[name]
 
 
+@dataclass
+class CpSatEncoding:
+    """The shared formulation and the integer scaling CP-SAT needs.
+
+    ``scale`` multiplies every cost before rounding (1 for integer costs; a power of two for
+    float costs, so dyadic costs such as 0.25 stay exact); ``rounding_error`` is the most the
+    rounding can move any assignment's total, in the problem's units (0 when nothing was rounded).
+    """
+
+    problem: StrategyProblem
+    formulation: Formulation
+    scale: float
+    rounding_error: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 class CpSat:
     """One-hot CP-SAT model: exactly-one per vertex, marginal-linearised edges, clique usage rows.
 
-    Integer costs are used as they are; float costs are scaled so that the largest coefficient is
-    about 1e9 and rounded, and the worst total rounding error is reported in ``stats``. The
-    model gets a full hint from the greedy heuristic. ``num_workers`` defaults to the machine's
-    core count.
+    Integer costs are used as they are; float costs are scaled by a power of two so that the
+    largest coefficient is about 1e9, and rounded. The proof then holds for the rounded costs:
+    when the rounding changed any cost, an optimum of the rounded model is reported FEASIBLE
+    with ``Limit.PRECISION`` and a bound lowered by the worst total rounding error
+    (``stats["rounding_error"]``), never OPTIMAL. ``num_workers`` defaults to the core count; the
+    hint comes from the provider the registry passes in (greedy), or ``hint=`` (a provider, an
+    assignment, or None).
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, solve
+    >>> p = StrategyProblem([[3, 1], [0, 5]], [(0, 1)], [[[0, 9], [9, 0]]])
+    >>> r = solve(p, "cpsat", seed=0)
+    >>> r.status.value, r.assignment, r.objective, r.bound
+    ('optimal', (0, 0), 3, 3)
     """
 
     name = "cpsat"
     exact = True
+
+    def __init__(self, hint: HintProvider | None = None) -> None:
+        self.hint = hint
 
     def solve(
         self,
@@ -52,20 +81,34 @@ class CpSat:
         seed: int | None = None,
         num_workers: int | None = None,
         presolve: bool = False,
-        hint: bool = True,
+        hint: Any = True,
         log: bool = False,
     ) -> Result:
+        return drive(
+            self,
+            problem,
+            time_limit=time_limit,
+            seed=seed,
+            hint=pick_hint(hint, self.hint),
+            threads=num_workers,
+            log=log,
+            options={"presolve": presolve},
+        )
+
+    def build(self, problem: StrategyProblem) -> CpSatEncoding:
+        form = build(problem)
+        if form.infeasible:
+            return CpSatEncoding(problem, form, 1.0, 0.0, dict(form.stats))
+        scale, error = _scale(problem, form)
+        stats = dict(
+            form.stats, x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows, scale=scale, rounding_error=error
+        )
+        return CpSatEncoding(problem, form, scale, error, stats)
+
+    def run(self, encoding: CpSatEncoding, limits: Limits) -> Raw:
         from ortools.sat.python import cp_model
 
-        started = time.perf_counter()
-        form = build(problem)
-        stats: dict[str, Any] = dict(form.stats)
-        if form.infeasible:
-            stats["proof"] = form.infeasible
-            return Result(self.name, Status.INFEASIBLE, stats=stats)
-        scale, error = _scale(problem, form)
-        stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows, scale=scale, rounding_error=error)
-
+        form, scale = encoding.formulation, encoding.scale
         model = cp_model.CpModel()
         lits: dict[Key, Any] = {}
         objective = []
@@ -80,58 +123,53 @@ class CpSat:
             else:
                 model.add(sum(int(coef) * lits[k] for k, coef in terms) <= math.floor(rhs))
         model.minimize(sum(coef * lit for lit, coef in objective if coef))
-
-        start = None
-        if hint:
-            start = greedy_start(problem)
-            if start is not None:
-                stats["hint_objective"] = evaluate(problem, start).objective
-                for key, value in form.values(start):
-                    model.add_hint(lits[key], bool(value))
+        if limits.hint is not None:
+            for key, value in form.values(np.asarray(limits.hint)):
+                model.add_hint(lits[key], bool(value))
 
         solver = cp_model.CpSolver()
-        solver.parameters.num_workers = num_workers or os.cpu_count() or 1
-        if time_limit is not None:
-            # The limit covers building the model and the hint too.
-            solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - started))
-        if seed is not None:
-            solver.parameters.random_seed = int(seed)
-        solver.parameters.cp_model_presolve = presolve
-        solver.parameters.log_search_progress = log
+        solver.parameters.num_workers = limits.threads
+        if limits.time_limit is not None:
+            solver.parameters.max_time_in_seconds = max(0.01, limits.time_limit)
+        if limits.seed is not None:
+            solver.parameters.random_seed = int(limits.seed)
+        solver.parameters.cp_model_presolve = bool(limits.options.get("presolve", False))
+        solver.parameters.log_search_progress = limits.log
         code = solver.solve(model)
         status, limit = map_status(solver.status_name(code))
-        stats["cpsat_status"] = solver.status_name(code)
+        picked = None
         if status in (Status.OPTIMAL, Status.FEASIBLE):
             picked = {key[0]: key[1] for key, lit in lits.items() if len(key) == 2 and solver.boolean_value(lit)}
-            assignment = tuple(form.assignment(picked))
-            bound = None
-            if status is Status.FEASIBLE:
-                bound = _bound(problem, form, solver.best_objective_bound, scale, error)
-            return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
-        if status is Status.NO_SOLUTION and start is not None:
-            # CP-SAT found nothing in time; the heuristic's feasible hint is still an answer.
-            stats["answer_from"] = "hint"
-            bound = _bound(problem, form, solver.best_objective_bound, scale, error)
-            return Result(
-                self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), bound=bound, limit=limit, stats=stats
-            )
-        return Result(self.name, status, limit=limit, stats=stats)
+        bound = solver.best_objective_bound if status is not Status.INFEASIBLE else None
+        bound = bound if bound is not None and math.isfinite(bound) else None
+        return Raw(status, limit, picked, bound=bound, stats={"cpsat_status": solver.status_name(code)})
+
+    def decode(self, encoding: CpSatEncoding, raw: Raw) -> Raw:
+        problem, form = encoding.problem, encoding.formulation
+        if raw.bound is not None:
+            value = raw.bound / encoding.scale + form.constant - encoding.rounding_error
+            raw.bound = math.ceil(value - 1e-9) if problem.is_integral else value
+        if raw.picked is not None:
+            raw.assignment = tuple(form.assignment(raw.picked))
+        if raw.status is Status.OPTIMAL:
+            if encoding.rounding_error > 0:
+                # Optimal for the rounded costs only: the true optimum may be lower by the error.
+                raw.status, raw.limit = Status.FEASIBLE, Limit.PRECISION
+            else:
+                raw.bound = None  # solve() sets it to the recomputed objective
+        return raw
 
 
 def _scale(problem: StrategyProblem, form: Formulation) -> tuple[float, float]:
-    """(scale, worst total rounding error in the problem's units)."""
+    """(scale, worst total rounding error in the problem's units).
+
+    The error is exact: each vertex contributes the largest rounding error among its choices, each
+    edge the largest among its allowed pairs (one of each is in every assignment's total).
+    """
     if problem.is_integral:
         return 1.0, 0.0
-    peak = max(
-        [float(np.abs(c).max()) for c in form.costs if len(c)]
-        + [float(np.abs(c).max()) for *_, c in form.edges if len(c)]
-        + [1.0]
-    )
-    scale = _MAX_COEFFICIENT / peak
-    terms = sum(1 for c in form.costs if len(c)) + len(form.edges)
-    return scale, 0.5 * terms / scale
-
-
-def _bound(problem: StrategyProblem, form: Formulation, raw: float, scale: float, error: float) -> float | int:
-    value = raw / scale + form.constant - error
-    return math.ceil(value - 1e-9) if problem.is_integral else value
+    terms = [c for c in form.costs if len(c)] + [c for *_, c in form.edges if len(c)]
+    peak = max([float(np.abs(c).max()) for c in terms] + [1.0])
+    scale = 2.0 ** math.floor(math.log2(_MAX_COEFFICIENT / peak))
+    error = sum(float(np.abs(c * scale - np.round(c * scale)).max()) for c in terms)
+    return scale, error / scale

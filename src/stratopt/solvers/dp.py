@@ -329,8 +329,15 @@ def plan(adj: dict[int, set[int]], k: list[int], ordering: str, *, cap_entries: 
 # General elimination on tables
 
 
-def _eliminate(graph: _Graph, order: tuple[int, ...]) -> None:
-    """Eliminate ``order`` with tables over dependent sets; records steps on ``graph``."""
+class _OutOfTime(Exception):
+    """The time limit passed during the elimination."""
+
+
+def _eliminate(graph: _Graph, order: tuple[int, ...], deadline: float | None = None) -> None:
+    """Eliminate ``order`` with tables over dependent sets; records steps on ``graph``.
+
+    Raises :class:`_OutOfTime` when ``deadline`` (a ``perf_counter`` time) passes.
+    """
     k = graph.k
     factors: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
     of_vertex: dict[int, set[int]] = {v: set() for v in order}
@@ -349,6 +356,8 @@ def _eliminate(graph: _Graph, order: tuple[int, ...]) -> None:
         add((u, v), mat)
 
     for v in order:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _OutOfTime
         ids = sorted(of_vertex.pop(v))
         parts = [factors.pop(i) for i in ids]
         for scope, _ in parts:
@@ -416,7 +425,19 @@ class DynamicProgramming:
 
     With a usage limit, the DP solves the problem without it: an optimum that meets the limit is
     the optimum (OPTIMAL); otherwise the status is NO_SOLUTION with the DP optimum as a proven
-    lower bound. Exact for integer costs while sums stay below 2**53 (float64 tables).
+    lower bound. Tables are float64: with integer costs whose sums can pass 2**53
+    (:attr:`~stratopt.StrategyProblem.largest_total`) the minimum is FEASIBLE with
+    ``Limit.PRECISION`` and a bound lowered by the worst accumulated rounding, never OPTIMAL.
+    ``time_limit`` is checked between eliminations: past it the status is NO_SOLUTION with
+    ``Limit.TIME``.
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, solve
+    >>> p = StrategyProblem([[3, 1], [0, 2], [1, 1]], [(0, 1), (1, 2)], [[[0, 9], [9, 0]], [[0, 1], [1, 0]]])
+    >>> r = solve(p, "dp")
+    >>> r.status.value, r.assignment, r.objective, r.stats["width"]
+    ('optimal', (0, 0, 0), 4, 1)
 
     References
     ----------
@@ -438,6 +459,7 @@ class DynamicProgramming:
         memory_cap: int | None = None,
     ) -> Result:
         t0 = time.perf_counter()
+        deadline = None if time_limit is None else t0 + time_limit
         cap_bytes = default_memory_cap() if memory_cap is None else int(memory_cap)
         if ordering != "auto" and ordering not in ORDERINGS:
             raise ModelError(f"unknown ordering {ordering!r}; choose from auto, {', '.join(ORDERINGS)}")
@@ -478,7 +500,11 @@ class DynamicProgramming:
             orderings_tried={p.ordering: p.total_entries for p in plans},
             estimated_bytes=best.bytes_estimate,
         )
-        _eliminate(graph, best.order)
+        try:
+            _eliminate(graph, best.order, deadline)
+        except _OutOfTime:
+            stats["seconds"] = round(time.perf_counter() - t0, 6)
+            return Result(self.name, Status.NO_SOLUTION, limit=Limit.TIME, stats=stats)
         assignment = _recover(graph, problem.num_vertices)
         stats.update(
             width=graph.width,
@@ -491,7 +517,17 @@ class DynamicProgramming:
             stats["proof"] = "every assignment uses a forbidden entry"
             return Result(self.name, Status.INFEASIBLE, stats=stats)
         bound: int | float = round(value) if problem.is_integral and abs(value) < 2**53 else value
+        inexact = problem.is_integral and problem.largest_total >= 2**53
+        if inexact:
+            # Each table entry is a float64 sum of at most one term per vertex and per edge.
+            slack = (problem.num_vertices + problem.num_edges) * math.ulp(problem.largest_total)
+            bound = math.floor(value - slack)
+            stats["precision"] = f"integer sums reach {problem.largest_total:.3g} > 2**53: float64 tables round"
         ev = evaluate(problem, assignment)
+        if ev.feasible and inexact:
+            return Result(
+                self.name, Status.FEASIBLE, tuple(assignment), bound=bound, limit=Limit.PRECISION, stats=stats
+            )
         if ev.feasible:
             return Result(self.name, Status.OPTIMAL, assignment=tuple(assignment), stats=stats)
         stats["relaxed_violation"] = ev.violation

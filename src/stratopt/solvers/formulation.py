@@ -126,8 +126,9 @@ def build(problem: StrategyProblem, *, dominance: bool = True) -> Formulation:
     pre = _Presolve(problem)
     if pre.infeasible is None:
         pre.fold()
-    if dominance and pre.infeasible is None:
-        while pre.drop_dominated() and pre.infeasible is None:
+    if dominance:
+        # Infeasibility first: a fold that empties a domain leaves nothing to test dominance on.
+        while pre.infeasible is None and pre.drop_dominated():
             pre.fold()
     if pre.infeasible is not None:
         return Formulation([], [], [], [], None, 0.0, pre.infeasible)

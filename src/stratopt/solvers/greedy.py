@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from stratopt.problem import FORBIDDEN, StrategyProblem
-from stratopt.solvers._local import FORBIDDEN_COST, Domains, InducedForest, LocalEngine
-from stratopt.solvers._window import WindowSearch
 from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.local_search import FORBIDDEN_COST, Domains, InducedForest, LocalEngine
+from stratopt.solvers.window_search import WindowSearch
 
-__all__ = ["Greedy", "greedy_start"]
+__all__ = ["Greedy"]
 
 
 class Greedy:
@@ -169,10 +169,3 @@ class Greedy:
         stats["windows"] = {"tried": search.tried, "improved": search.improved, "refused": search.refused}
         say(f"windows lowered the cost from {start_cost:.6g} to {cost:.6g}")
         return a, cost
-
-
-def greedy_start(problem: StrategyProblem) -> np.ndarray | None:
-    """A complete feasible assignment from :class:`Greedy` without a time limit (the exact
-    formulations' hint), or None when it finds none."""
-    res = Greedy().solve(problem)
-    return None if res.assignment is None else np.asarray(res.assignment)

@@ -23,15 +23,19 @@ import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratopt.problem import StrategyProblem, evaluate
-from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.formulation import Key, build
-from stratopt.solvers.greedy import greedy_start
+import numpy as np
 
-__all__ = ["MipCbc", "MipHighs", "map_cbc_status", "map_highs_status"]
+from stratopt.errors import SolverError
+from stratopt.problem import StrategyProblem
+from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.driver import HintProvider, Limits, Raw, drive, pick_hint
+from stratopt.solvers.formulation import Formulation, Key, build
+
+__all__ = ["MipCbc", "MipEncoding", "MipHighs", "map_cbc_status", "map_highs_status"]
 
 #: Integrality tolerance when reading binary values back.
 _HALF = 0.5
@@ -72,7 +76,7 @@ def map_highs_status(name: str, has_solution: bool) -> tuple[Status, Limit | Non
     }
     if name in errors:
         return Status.ERROR, None
-    raise KeyError(f"unmapped HiGHS status {name}")
+    raise SolverError(f"unmapped HiGHS status {name}")
 
 
 def map_cbc_status(word: str, has_solution: bool) -> tuple[Status, Limit | None]:
@@ -90,11 +94,23 @@ def map_cbc_status(word: str, has_solution: bool) -> tuple[Status, Limit | None]
     return Status.ERROR, None
 
 
+@dataclass
+class MipEncoding:
+    """The shared formulation (the MIPs need no scaling)."""
+
+    problem: StrategyProblem
+    formulation: Formulation
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 class _Mip:
     """The PuLP model shared by both back-ends; subclasses set the back-end and read its status."""
 
     name = "mip"
     exact = True
+
+    def __init__(self, hint: HintProvider | None = None) -> None:
+        self.hint = hint
 
     def solve(
         self,
@@ -103,22 +119,25 @@ class _Mip:
         time_limit: float | None = None,
         seed: int | None = None,
         threads: int | None = None,
-        hint: bool = True,
+        hint: Any = True,
         log: bool = False,
     ) -> Result:
+        return drive(
+            self, problem, time_limit=time_limit, seed=seed, hint=pick_hint(hint, self.hint), threads=threads, log=log
+        )
+
+    def build(self, problem: StrategyProblem) -> MipEncoding:
+        form = build(problem)
+        stats = dict(form.stats)
+        if not form.infeasible:
+            stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows)
+        return MipEncoding(problem, form, stats)
+
+    def run(self, encoding: MipEncoding, limits: Limits) -> Raw:
         import pulp
 
         started = time.perf_counter()
-        form = build(problem)
-        stats: dict[str, Any] = dict(form.stats)
-        if form.infeasible:
-            stats["proof"] = form.infeasible
-            return Result(self.name, Status.INFEASIBLE, stats=stats)
-        stats.update(x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows)
-        if form.num_x == 0:  # the presolve fixed every vertex
-            stats["answer_from"] = "presolve"
-            return Result(self.name, Status.OPTIMAL, assignment=tuple(form.assignment({})), stats=stats)
-
+        form = encoding.formulation
         model = pulp.LpProblem("stratopt", pulp.LpMinimize)
         var: dict[Key, pulp.LpVariable] = {}
         objective = []
@@ -133,57 +152,46 @@ class _Mip:
             expr = pulp.LpAffineExpression([(var[k], coef) for k, coef in terms])
             model += (expr <= rhs if kind == "usage" else expr == rhs), name
         model += pulp.LpAffineExpression(objective)
+        if limits.hint is not None:
+            for key, value in form.values(np.asarray(limits.hint)):
+                var[key].setInitialValue(value)
 
-        start = None
-        if hint:
-            start = greedy_start(problem)
-            if start is not None:
-                stats["hint_objective"] = evaluate(problem, start).objective
-                for key, value in form.values(start):
-                    var[key].setInitialValue(value)
-
-        stats["build_seconds"] = round(time.perf_counter() - started, 3)
-        remaining = None if time_limit is None else time_limit - (time.perf_counter() - started)
+        build_seconds = round(time.perf_counter() - started, 3)
+        stats: dict[str, Any] = {"build_seconds": build_seconds}
+        remaining = limits.time_limit
         # The back-end loads the model (PuLP hands it over one variable at a time) before its own
         # clock starts; that costs about as long again as building it, so it is set aside, and
-        # when even that does not fit, the back-end is skipped and the start is the answer.
+        # when even that does not fit, the back-end is skipped (the driver falls back to the hint).
         if remaining is not None:
-            remaining -= stats["build_seconds"]
-            if remaining <= 0 and start is not None:
-                stats["answer_from"] = "hint"
+            remaining -= 2 * build_seconds
+            if remaining <= 0:
                 stats["skipped"] = "no time left to hand the model to the back-end"
-                return Result(
-                    self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), limit=Limit.TIME, stats=stats
-                )
+                return Raw(Status.NO_SOLUTION, Limit.TIME, stats=stats)
             remaining = max(0.01, remaining)
         status, limit, bound, backend = self._run(
-            model, remaining, seed, threads or os.cpu_count() or 1, start is not None, log
+            model, remaining, limits.seed, limits.threads, limits.hint is not None, limits.log
         )
         stats.update(backend)
+        picked = None
         if status in (Status.OPTIMAL, Status.FEASIBLE):
             picked = {
                 key[0]: key[1]
                 for key, x in var.items()
                 if len(key) == 2 and x.varValue is not None and x.varValue > _HALF
             }
-            if len(picked) != sum(1 for cs in form.choices if len(cs)):
-                stats["error"] = "the back-end's solution leaves a vertex without a choice"
-                return Result(self.name, Status.ERROR, stats=stats)
-            assignment = tuple(form.assignment(picked))
-            if status is Status.OPTIMAL:
-                bound = None  # solve() sets it to the recomputed objective
-            elif bound is not None:
-                bound = _bound(problem, bound + form.constant)
-            return Result(self.name, status, assignment=assignment, bound=bound, limit=limit, stats=stats)
-        if bound is not None:
-            bound = _bound(problem, bound + form.constant)
-        if status is Status.NO_SOLUTION and start is not None:
-            # The back-end kept nothing in time; the heuristic's feasible start is still an answer.
-            stats["answer_from"] = "hint"
-            return Result(
-                self.name, Status.FEASIBLE, assignment=tuple(start.tolist()), bound=bound, limit=limit, stats=stats
-            )
-        return Result(self.name, status, bound=bound, limit=limit, stats=stats)
+        return Raw(status, limit, picked, bound=bound, stats=stats)
+
+    def decode(self, encoding: MipEncoding, raw: Raw) -> Raw:
+        form = encoding.formulation
+        if raw.bound is not None:
+            raw.bound = _bound(encoding.problem, raw.bound + form.constant)
+        if raw.picked is not None:
+            if len(raw.picked) != sum(1 for cs in form.choices if len(cs)):
+                return Raw(Status.ERROR, stats={"error": "the back-end's solution leaves a vertex without a choice"})
+            raw.assignment = tuple(form.assignment(raw.picked))
+        if raw.status is Status.OPTIMAL:
+            raw.bound = None  # solve() sets it to the recomputed objective
+        return raw
 
     def _run(
         self, model: Any, time_limit: float | None, seed: int | None, threads: int, warm: bool, log: bool

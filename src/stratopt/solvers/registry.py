@@ -10,10 +10,13 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 
+import numpy as np
+
 from stratopt.errors import SolverUnavailableError
+from stratopt.problem import StrategyProblem
 from stratopt.solvers.base import Solver
 
-__all__ = ["SolverInfo", "available", "get", "names"]
+__all__ = ["SolverInfo", "available", "get", "greedy_hint", "names"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class SolverInfo:
     attr: str
     requires: tuple[str, ...] = ()
     extra: str | None = None
+    #: A formulation: constructed with :func:`greedy_hint` as its hint provider.
+    hinted: bool = False
 
 
 _SOLVERS: tuple[SolverInfo, ...] = (
@@ -46,18 +51,21 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         "stratopt.solvers.cpsat",
         "CpSat",
         requires=("ortools",),
+        hinted=True,
     ),
     SolverInfo(
         "mip-highs",
         "stratopt.solvers.mip",
         "MipHighs",
         requires=("pulp", "highspy"),
+        hinted=True,
     ),
     SolverInfo(
         "mip-cbc",
         "stratopt.solvers.mip",
         "MipCbc",
         requires=("pulp",),
+        hinted=True,
     ),
     SolverInfo(
         "greedy",
@@ -101,4 +109,13 @@ def get(name: str) -> Solver:
         hint = f"pip install 'stratopt[{entry.extra}]'" if entry.extra else "reinstall stratopt"
         raise SolverUnavailableError(f"solver {name!r} needs {', '.join(entry.requires)}: {hint}")
     cls = getattr(importlib.import_module(entry.module), entry.attr)
-    return cls()
+    return cls(hint=greedy_hint) if entry.hinted else cls()
+
+
+def greedy_hint(problem: StrategyProblem) -> np.ndarray | None:
+    """The formulations' default hint provider: greedy's assignment without a time limit (the
+    window search needs one, so it does not run), or None when greedy finds none."""
+    from stratopt.solvers.greedy import Greedy
+
+    res = Greedy().solve(problem)
+    return None if res.assignment is None else np.asarray(res.assignment)

@@ -8,8 +8,8 @@ Vertices are split into colour classes (no edge inside a class), so best respons
 class can be computed with one gather and one ``bincount`` and applied at once: that is exact
 coordinate descent, never two neighbours moving together.
 
-Forbidden entries are the finite number 1e18 here (any cost >= 1e17, inf included), not +inf:
-a sum that includes k forbidden entries is about k * 1e18, so descent lowers the count of
+Forbidden entries are the finite number ``FORBIDDEN_COST`` (10 * FORBIDDEN) here, not +inf:
+a sum that includes k forbidden entries is about k * FORBIDDEN_COST, so descent lowers the count of
 forbidden entries first and the true cost second, and never compares inf with inf. Usage feasibility is kept with a sparse-table range maximum
 over the compressed time axis, which gives every vertex's headroom in O(1).
 """
@@ -36,8 +36,9 @@ def _ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, within
 
 
-#: Working value of every forbidden entry.
-FORBIDDEN_COST = 1e18
+#: Working value of every forbidden entry: ten times the threshold, so one forbidden entry
+#: outweighs any sum of allowed costs (each below FORBIDDEN) the descent compares it with.
+FORBIDDEN_COST = float(10 * FORBIDDEN)
 
 
 def greedy_colouring(n: int, edges: np.ndarray) -> np.ndarray:

@@ -15,9 +15,9 @@ import numpy as np
 
 from stratopt.errors import UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate
-from stratopt.solvers._local import LocalEngine
 from stratopt.solvers.base import Status
 from stratopt.solvers.dp import DynamicProgramming
+from stratopt.solvers.local_search import LocalEngine
 
 __all__ = ["WindowSearch"]
 
