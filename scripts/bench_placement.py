@@ -83,7 +83,7 @@ def main() -> int:
             cp = row["cpsat"][0]
             print(
                 f"  {network}-{devices}: heuristic {row['heuristic'][0].makespan:g}, cpsat {cp.makespan:g} "
-                f"({cp.status}, bound {cp.bound:g}) in {row['cpsat'][1]:.1f} s",
+                f"({cp.status.value}, bound {cp.bound:g}) in {row['cpsat'][1]:.1f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -128,7 +128,7 @@ def main() -> int:
             print(
                 f"| {network}-{devices} | "
                 + " | ".join(f"{row[n][0].makespan:g}" for n in names)
-                + f" | {cp.makespan:g} | {cp.status} | {cp.bound:g} | {gaps} | {times} | {row['cpsat'][1]:.1f} |"
+                + f" | {cp.makespan:g} | {cp.status.value} | {cp.bound:g} | {gaps} | {times} | {row['cpsat'][1]:.1f} |"
             )
     return 0
 

@@ -13,6 +13,7 @@ from stratopt.placement.cpsat import _width
 from stratopt.placement.instance import Device, PlacementInstance
 from stratopt.placement.jobs import appendix, job
 from stratopt.placement.list_scheduling import etf, memory_use
+from stratopt.solvers.base import Limit, Status
 
 from ._random import random_instance
 
@@ -23,7 +24,7 @@ def test_heuristic_reaches_14_and_cpsat_proves_it():
     """TensorFlow's greedy places the appendix job with makespan 14; CP-SAT proves 14 optimal."""
     assert place(appendix(), "heuristic").makespan == 14
     best = place(appendix(), "cpsat")
-    assert (best.makespan, best.status, best.bound) == (14, "optimal", 14)
+    assert (best.makespan, best.status, best.bound) == (14, Status.OPTIMAL, 14)
 
 
 def _brute_makespan(inst: PlacementInstance) -> float:
@@ -51,7 +52,7 @@ def test_cpsat_equals_brute_force(seed):
     inst = random_instance(seed, nodes=(3, 5), devices=(2, 3), bandwidth=seed % 2 == 0, memory=seed % 4 == 1)
     truth = _brute_makespan(inst)
     best = place(inst, "cpsat", time_limit=20)
-    assert best.status == "optimal"
+    assert best.status is Status.OPTIMAL
     assert best.makespan == pytest.approx(truth)
     assert best.bound == pytest.approx(truth)
     for algo in QUICK:
@@ -112,7 +113,7 @@ def test_the_checker_catches_each_kind_of_violation():
 
 def test_place_refuses_an_invalid_schedule(monkeypatch):
     """place() re-checks what an algorithm returns: a broken plan raises CrossCheckError."""
-    import stratopt.placement as placement
+    import stratopt.placement.algorithms as placement
 
     monkeypatch.setattr(placement, "simulate", lambda inst, p, o: Schedule(tuple(p), (0.0,) * 5, (0.0,) * 5))
     with pytest.raises(CrossCheckError):
@@ -133,7 +134,7 @@ def test_etf_honours_device_memory():
     r = place(inst, "etf")
     assert r.fits_memory and sorted(r.placement) == [0, 1, 1]
     best = place(inst, "cpsat")
-    assert best.fits_memory and best.status == "optimal" and best.makespan == 12
+    assert best.fits_memory and best.status is Status.OPTIMAL and best.makespan == 12
 
 
 def test_etf_reports_a_node_that_fits_nowhere():
@@ -167,7 +168,7 @@ def test_cpsat_on_the_networks_with_many_devices():
     for network in ("vgg19", "resnet50"):
         inst = job(network, "large")
         best = place(inst, "cpsat", time_limit=30)
-        assert best.status == "optimal"
+        assert best.status is Status.OPTIMAL
         assert best.makespan == place(inst, "heft").makespan
 
 
@@ -184,3 +185,56 @@ def test_the_additive_view_meets_the_exact_solvers(seed):
     assert comparison.agree
     r = place(inst, "additive")
     assert evaluate(problem, r.placement).objective == pytest.approx(comparison.optimum)
+
+
+def test_every_placement_cpsat_status_is_mapped():
+    """Each value of CP-SAT's status enum maps to a Status, with a limit exactly when needed."""
+    from ortools.sat import cp_model_pb2
+
+    from stratopt.placement.cpsat import map_status
+
+    for name in list(cp_model_pb2.CpSolverStatus.keys()):
+        for exact in (True, False):
+            for has_hint in (True, False):
+                status, limit = map_status(name, exact=exact, has_hint=has_hint)
+                assert (limit is not None) == (status in (Status.FEASIBLE, Status.NO_SOLUTION)), name
+    assert map_status("OPTIMAL", exact=False) == (Status.FEASIBLE, Limit.PRECISION)
+    assert map_status("UNKNOWN", has_hint=True) == (Status.FEASIBLE, Limit.TIME)
+
+
+def test_place_reports_an_infeasible_memory_budget_as_a_status():
+    """Three nodes of 5 units on two devices of 6: CP-SAT proves that nothing fits, and place()
+    returns INFEASIBLE without a placement instead of raising."""
+    inst = PlacementInstance.build(
+        devices=[Device("d0", "cpu", 6.0), Device("d1", "cpu", 6.0)],
+        nodes=["a", "b", "c"],
+        cost=[[1, 1], [1, 1], [1, 1]],
+        edges=[("a", "b", 0)],
+        node_memory=[5, 5, 5],
+    )
+    r = place(inst, "cpsat", time_limit=60)
+    assert r.status is Status.INFEASIBLE and r.limit is None
+    assert r.placement is None and r.makespan is None and r.fits_memory is None
+    assert r.to_dict()["status"] == "infeasible" and r.to_dict()["placement"] is None
+
+
+def test_heuristic_placements_say_why_there_is_no_proof():
+    """List schedulers and the submodular greedy are FEASIBLE with Limit.HEURISTIC."""
+    for algo in ("heuristic", "heft", "submodular"):
+        r = place(appendix(), algo)
+        assert r.status is Status.FEASIBLE and r.limit is Limit.HEURISTIC
+
+
+def test_dispatch_serves_each_device_in_order_of_readiness():
+    """Without a device order the simulation follows FlexFlow's Algorithm 1, as the strategy
+    simulator does: node 4 (ready at 2) runs on d0 before node 3 (ready at 4), though both could
+    start at 10 when d0 frees up and node 3 has the lower index."""
+    inst = PlacementInstance.build(
+        devices=[Device("d0", "cpu"), Device("d1", "cpu")],
+        nodes=["a", "s1", "s2", "c", "b"],
+        cost=[[10, 10], [2, 2], [2, 2], [1, 1], [1, 1]],
+        edges=[("s1", "b", 0), ("s2", "c", 0)],
+    )
+    schedule = simulate(inst, [0, 1, 1, 0, 0])
+    assert schedule.start == (0.0, 0.0, 2.0, 11.0, 10.0)
+    assert schedule.makespan == 12.0 and check_schedule(inst, schedule) == []

@@ -191,3 +191,30 @@ def test_lazy_submodular_places_inception_large(capsys):
     """The lazy greedy places Inception-v3 on 60 devices (311 nodes) with the plain greedy's placement."""
     inst = job("inception3", "large")
     assert place(inst, "submodular-lazy").placement == place(inst, "submodular").placement
+
+
+def test_place_cli_reports_no_placement_as_exit_1(capsys, tmp_path):
+    """An infeasible memory budget is a status, not bad input: `place --json` exits 1 and says
+    "infeasible" in its JSON (it used to exit 2 with an error)."""
+    job = {
+        "format": "stratopt-placement",
+        "version": 1,
+        "devices": [{"name": "d0", "kind": "cpu", "memory": 6}, {"name": "d1", "kind": "cpu", "memory": 6}],
+        "nodes": [{"name": n, "cost": {"cpu": 1}, "memory": 5} for n in ("a", "b", "c")],
+        "edges": [],
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    code, out, _ = run(capsys, "place", str(path), "--algo", "cpsat", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["status"] == "infeasible" and data["placement"] is None
+
+
+def test_a_failed_cross_check_exits_1(capsys, monkeypatch):
+    """A schedule that fails its independent check is a mismatch (exit 1), not bad input (exit 2)."""
+    import stratopt.placement.algorithms as algorithms
+    from stratopt.placement import Schedule
+
+    monkeypatch.setattr(algorithms, "simulate", lambda inst, p, o: Schedule(tuple(p), (0.0,) * 5, (0.0,) * 5))
+    code, _, err = run(capsys, "place", "seed004-appendix")
+    assert code == 1 and err.strip().splitlines()[-1].startswith("stratopt: mismatch:")

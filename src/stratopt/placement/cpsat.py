@@ -25,19 +25,42 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.errors import SolverError
 from stratopt.placement.instance import PlacementInstance
 from stratopt.placement.schedule import Schedule, simulate
+from stratopt.solvers.base import Limit, Status
 
-__all__ = ["CpsatPlan", "cpsat_placement"]
+__all__ = ["CpsatPlan", "cpsat_placement", "map_status"]
 
 
 @dataclass(frozen=True)
 class CpsatPlan:
     placement: list[int] | None
     order: list[list[int]] | None
-    status: str  # "optimal", "feasible", "infeasible", "no_solution"
+    status: Status
+    limit: Limit | None
     bound: float | None
     stats: dict[str, Any]
+
+
+def map_status(name: str, *, exact: bool = True, has_hint: bool = False) -> tuple[Status, Limit | None]:
+    """Our status for a CP-SAT status name (every value of ``cp_model.CpSolverStatus``).
+
+    ``exact``: the model's durations and memory are the instance's own (not scaled and rounded),
+    so CP-SAT's OPTIMAL is a proof; ``has_hint``: a feasible hinted schedule is the answer when
+    CP-SAT keeps none.
+    """
+    if name == "OPTIMAL":
+        return (Status.OPTIMAL, None) if exact else (Status.FEASIBLE, Limit.PRECISION)
+    if name == "FEASIBLE":
+        return Status.FEASIBLE, Limit.TIME
+    if name == "INFEASIBLE":
+        return Status.INFEASIBLE, None
+    if name == "UNKNOWN":
+        return (Status.FEASIBLE if has_hint else Status.NO_SOLUTION), Limit.TIME
+    if name == "MODEL_INVALID":
+        return Status.ERROR, None
+    raise SolverError(f"unmapped CP-SAT status {name}")
 
 
 def _integral_scale(values: np.ndarray) -> int | None:
@@ -169,6 +192,7 @@ def cpsat_placement(
         "branches": solver.num_branches,
         "conflicts": solver.num_conflicts,
     }
+    status, limit = map_status(name, exact=exact and memory_exact, has_hint=hint_schedule is not None)
     bound = None
     if name in ("OPTIMAL", "FEASIBLE") and memory_exact:
         bound = solver.best_objective_bound / scale
@@ -178,15 +202,11 @@ def cpsat_placement(
         order: list[list[int]] = [[] for _ in range(m)]
         for j in sorted(range(n), key=lambda j: (starts[j], solver.value(end[j]), j)):
             order[place[j]].append(j)
-        return CpsatPlan(
-            place, order, "optimal" if name == "OPTIMAL" and exact and memory_exact else "feasible", bound, stats
-        )
-    if name == "INFEASIBLE":
-        return CpsatPlan(None, None, "infeasible", None, stats)
-    if hint_schedule is not None:
+        return CpsatPlan(place, order, status, limit, bound, stats)
+    if status is Status.FEASIBLE and hint_schedule is not None:
         stats["answer_from"] = "hint"
-        return CpsatPlan(list(hint_schedule.placement), hint_schedule.order(m), "feasible", None, stats)
-    return CpsatPlan(None, None, "no_solution", None, stats)
+        return CpsatPlan(list(hint_schedule.placement), hint_schedule.order(m), status, limit, None, stats)
+    return CpsatPlan(None, None, status, limit, None, stats)
 
 
 def _width(instance: PlacementInstance) -> int:

@@ -18,6 +18,7 @@ every benefit b_ij >= 1 as the paper's proof requires.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -29,7 +30,15 @@ import numpy as np
 
 from stratopt.errors import ModelError
 
-__all__ = ["FORMAT", "Device", "PlacementInstance", "is_placement_dict", "placement_from_dict", "read_placement"]
+__all__ = [
+    "FORMAT",
+    "Device",
+    "PlacementInstance",
+    "is_placement_dict",
+    "placement_from_dict",
+    "read_placement",
+    "read_placement_map",
+]
 
 FORMAT = "stratopt-placement"
 
@@ -362,7 +371,47 @@ def placement_from_dict(data: Any, *, source: str = "placement") -> PlacementIns
 
 def read_placement(path: str | os.PathLike[str]) -> PlacementInstance:
     """Read a placement instance file (``.json`` or ``.json.gz``)."""
-    from stratopt.problem import _read_json
+    from stratopt.problem import read_json
 
     p = Path(path)
-    return placement_from_dict(_read_json(p), source=os.fspath(path))
+    return placement_from_dict(read_json(p), source=os.fspath(path))
+
+
+def read_placement_map(inst: PlacementInstance, text: str) -> tuple[list[int], list[list[int]] | None]:
+    """A placement as users write it: a node -> device-name map, from a JSON file or string; a
+    ``place --json`` object works too (its device order is then returned as well). Returns
+    (device index per node, device order or None); a one-line :class:`ModelError` for bad input."""
+    try:
+        # Inline JSON first: a long object is no file name (and would fail as one).
+        raw = text if text.lstrip().startswith("{") else Path(text).read_text(encoding="utf-8")
+        data = json.loads(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{text}: not a readable JSON file or object ({exc})") from None
+    order_in = None
+    if isinstance(data, dict) and isinstance(data.get("placement"), dict):
+        order_in = data.get("order")
+        data = data["placement"]
+    if not isinstance(data, dict):
+        raise ModelError(f"{text}: expected a JSON object mapping node name to device name")
+    index = {v: j for j, v in enumerate(inst.nodes)}
+    for v in data:
+        if v not in index:
+            raise ModelError(f"{text}: node {v!r} is not in {inst.name}")
+    missing = [v for v in inst.nodes if v not in data]
+    if missing:
+        raise ModelError(
+            f"{text}: no device for node {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        )
+    placement = []
+    for v in inst.nodes:
+        if not isinstance(data[v], str):
+            raise ModelError(f"{text}: node {v!r}: device {data[v]!r} is not a device name")
+        placement.append(inst.device_index(data[v]))
+    order: list[list[int]] | None = None
+    if isinstance(order_in, dict):
+        order = [[] for _ in inst.devices]
+        for dev, nodes in order_in.items():
+            if not isinstance(nodes, list) or not all(isinstance(v, str) and v in index for v in nodes):
+                raise ModelError(f"{text}: order of {dev!r} must list node names of {inst.name}")
+            order[inst.device_index(dev)] = [index[v] for v in nodes]
+    return placement, order

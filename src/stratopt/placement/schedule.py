@@ -6,10 +6,11 @@ A placement puts every node on one device. Running it needs an order per device;
   finished the node before it and every input has arrived (a semi-active schedule). HEFT, ETF, the
   TensorFlow heuristic and CP-SAT produce such orders, and simulating their order reproduces (or,
   for CP-SAT, left-shifts) the schedule they planned.
-- *without one* (what ``stratopt simulate`` does with a bare node -> device map): list scheduling
-  that always starts next the ready node able to start earliest (ties: lower node index), the way a
-  runtime dispatches operators as their inputs arrive. Such a non-delay schedule can be longer than
-  the best order for the same placement.
+- *without one* (what ``stratopt simulate`` does with a bare node -> device map): the rule the
+  strategy simulator follows too (FlexFlow's Algorithm 1): each device serves its nodes in the
+  order they became ready, that is when their last input arrived (ties: lower node index), the way
+  a runtime dispatches operators as their inputs arrive. Such a schedule can be longer than the
+  best order for the same placement.
 
 An input produced on another device arrives ``bytes / bandwidth`` after its producer ends (free
 without a bandwidth, seed 004's assumption); on the same device it is there at once.
@@ -17,9 +18,11 @@ without a bandwidth, seed 004's assumption); on the same device it is there at o
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +46,15 @@ class Schedule:
     @property
     def makespan(self) -> float:
         return max(self.end) if self.end else 0.0
+
+    def events(self, instance: PlacementInstance) -> list[Any]:
+        """The schedule as :class:`stratopt.sim.Event` rows (for traces and Gantt charts), by start."""
+        from stratopt.sim.trace import Event
+
+        return [
+            Event(instance.nodes[j], "task", instance.devices[self.placement[j]].name, self.start[j], self.end[j])
+            for j in sorted(range(len(self.start)), key=lambda j: (self.start[j], j))
+        ]
 
     def order(self, num_devices: int) -> list[list[int]]:
         """Each device's nodes by start time (then end time, then index)."""
@@ -118,22 +130,22 @@ def simulate(
                 )
         return Schedule(place, tuple(start), tuple(end))
 
+    # FlexFlow's Algorithm 1, as the strategy simulator runs it: a node is ready when its last
+    # input arrives; nodes start in order of readiness (ties: lower index), each at the later of
+    # its readiness and the end of what its device ran before.
     missing = [len(p) for p in instance.preds]
-    ready = [j for j in range(n) if missing[j] == 0]
-    for _ in range(n):
-        best, best_start = -1, 0.0
-        for j in ready:
-            s = max(free[place[j]], ready_at(j))
-            if best < 0 or s < best_start or (s == best_start and j < best):
-                best, best_start = j, s
-        ready.remove(best)
-        i = place[best]
-        start[best], end[best] = best_start, best_start + float(cost[best, i])
-        free[i] = end[best]
-        for v in instance.succs[best]:
+    heap = [(0.0, j) for j in range(n) if missing[j] == 0]
+    heapq.heapify(heap)
+    while heap:
+        ready, j = heapq.heappop(heap)
+        i = place[j]
+        start[j] = max(free[i], ready)
+        end[j] = start[j] + float(cost[j, i])
+        free[i] = end[j]
+        for v in instance.succs[j]:
             missing[v] -= 1
             if missing[v] == 0:
-                ready.append(v)
+                heapq.heappush(heap, (ready_at(v), v))
     return Schedule(place, tuple(start), tuple(end))
 
 
