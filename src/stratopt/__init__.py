@@ -19,6 +19,7 @@ from stratopt.errors import (
 from stratopt.graph import Graph, GraphBuilder
 from stratopt.graph.io import load_graph, save_graph
 from stratopt.instances import load_instance, load_problem
+from stratopt.interop import from_networkx, to_networkx
 from stratopt.machine import MACHINES, Machine
 from stratopt.placement import Placement, PlacementInstance, place, read_placement
 from stratopt.problem import (
@@ -59,6 +60,7 @@ __all__ = [
     "__version__",
     "available",
     "evaluate",
+    "from_networkx",
     "load_graph",
     "load_instance",
     "load_problem",
@@ -67,5 +69,6 @@ __all__ = [
     "read_placement",
     "save_graph",
     "solve",
+    "to_networkx",
     "write_iopddl",
 ]

@@ -1,196 +1,32 @@
 """Cost models: turn an operator graph on a machine into a :class:`~stratopt.StrategyProblem`.
 
-:func:`build` enumerates every operator's configurations (:mod:`stratopt.graph.configs`), prices
-them with a profile (``pase``: PaSE's formulas in its units; ``default``: microseconds on a real
-machine) and returns a :class:`Costing`: the problem the solvers see (vertex names and
-configuration labels included, no graph), plus what :meth:`Costing.explain` needs to say why a
-strategy costs what it does.
+:func:`build` (:mod:`.costing`) enumerates every operator's configurations, prices them with a
+profile (``pase``: PaSE's formulas in its units, :mod:`.pase`; ``default``: microseconds on a real
+machine, :mod:`.default`) and returns a :class:`Costing`.
 """
 
-from __future__ import annotations
-
-import math
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
-
-from stratopt.cost.common import VertexCosts
+from stratopt.cost.costing import (
+    DEFAULT_MACHINES,
+    DEFAULT_PROCS,
+    DEFAULT_PROFILE,
+    PROFILES,
+    Costing,
+    build,
+    config_label,
+    default_machine,
+)
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
-from stratopt.errors import ModelError
-from stratopt.graph.configs import ConfigPolicy, configurations
-from stratopt.graph.ir import Graph, Operator
-from stratopt.machine import Machine, get_machine
-from stratopt.problem import StrategyProblem, check_assignment
 
-__all__ = ["PROFILES", "Costing", "DefaultProfile", "PaseProfile", "build", "config_label"]
-
-#: Cost profiles by name.
-PROFILES: dict[str, Callable[[Machine], Any]] = {"pase": PaseProfile, "default": DefaultProfile}
-
-
-def config_label(op: Operator, config: Iterable[int]) -> str:
-    """A short label for a configuration: the split axes and their counts, or ``1`` for none.
-
-    >>> from stratopt.graph import GraphBuilder
-    >>> g = GraphBuilder("t"); _ = g.fc(g.input((8, 16)), 8)
-    >>> config_label(g.build().operators[0], (2, 1, 4))
-    'b2 k4'
-    """
-    parts = [f"{a}{c}" for a, c in zip(op.axes, config, strict=True) if c > 1]
-    return " ".join(parts) or "1"
-
-
-@dataclass(frozen=True)
-class Costing:
-    """A priced operator graph: the :class:`StrategyProblem` and where its numbers come from."""
-
-    graph: Graph
-    profile: Any
-    policy: ConfigPolicy
-    configs: tuple[np.ndarray, ...]
-    vertex_costs: tuple[VertexCosts, ...]
-    edges: tuple[tuple[int, int, int], ...]
-    problem: StrategyProblem
-    memory_limit: float | None = None
-    build_time: float = 0.0
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def units(self) -> str:
-        return str(self.profile.units)
-
-    def explain(self, assignment: Iterable[int]) -> list[dict[str, Any]]:
-        """Per-operator breakdown of a strategy: configuration, compute, communication inside the
-        operator, communication on its input edges, and memory per device.
-
-        Edge costs are charged to the consumer. The rows' ``total`` column sums to the
-        strategy's objective.
-        """
-        choice = check_assignment(self.problem, assignment)
-        incoming = np.zeros(len(self.graph.operators))
-        for e, (u, v, _) in enumerate(self.edges):
-            incoming[v] += float(self.problem.edge_cost(e)[choice[u], choice[v]])
-        rows = []
-        for v, op in enumerate(self.graph.operators):
-            c = int(choice[v])
-            costs = self.vertex_costs[v]
-            compute, comm = float(costs.compute[c]), float(costs.comm[c])
-            rows.append(
-                {
-                    "operator": op.name,
-                    "op": op.op,
-                    "config": config_label(op, self.configs[v][c]),
-                    "choices": int(self.configs[v].shape[0]),
-                    "compute": compute,
-                    "comm": comm,
-                    "edges_in": float(incoming[v]),
-                    "total": compute + comm + float(incoming[v]),
-                    "memory_bytes": float(costs.memory[c]),
-                }
-            )
-        return rows
-
-
-def _profile(profile: str | Any, machine: Machine) -> Any:
-    if isinstance(profile, str):
-        try:
-            return PROFILES[profile](machine)
-        except KeyError:
-            raise ModelError(f"unknown cost profile {profile!r}; choose from: {', '.join(PROFILES)}") from None
-    return profile
-
-
-def build(
-    graph: Graph,
-    procs: int,
-    *,
-    profile: str | Any = "pase",
-    machine: str | Machine = "pase",
-    memory_gb: float | None = None,
-    powers_of_two: bool = False,
-    exact: bool = False,
-    cutoff: int = 4,
-) -> Costing:
-    """Price ``graph`` on ``procs`` devices of ``machine`` with a cost profile.
-
-    Parameters
-    ----------
-    graph
-        The operator graph.
-    procs
-        Devices to split each operator over (p).
-    profile
-        ``"pase"`` (PaSE's t_V and t_E, units "flops"), ``"default"`` (microseconds) or an object
-        with the same ``vertex``/``edge`` methods.
-    machine
-        A preset name (:data:`stratopt.machine.MACHINES`) or a :class:`Machine`.
-    memory_gb
-        Per-device memory limit in GB; when given, every operator's memory is a usage that must
-        fit under it (all operators are live at the end of the forward pass).
-    powers_of_two, exact, cutoff
-        The configuration policy (:class:`~stratopt.graph.configs.ConfigPolicy`).
-
-    Raises
-    ------
-    ModelError
-        For an impossible request (p < 1, an operator with no allowed configuration) or an
-        unknown profile or machine.
-
-    Examples
-    --------
-    >>> from stratopt.graph import GraphBuilder
-    >>> g = GraphBuilder("mlp")
-    >>> _ = g.softmax_xent(g.fc(g.input((64, 256)), 128))
-    >>> c = build(g.build(), 4)
-    >>> c.problem.num_vertices, c.problem.num_choices.tolist()
-    (2, [10, 6])
-    """
-    start = time.perf_counter()
-    if isinstance(procs, bool) or not isinstance(procs, int | np.integer) or procs < 1:
-        raise ModelError(f"the number of devices must be a positive integer, got {procs!r}")
-    if memory_gb is not None and not memory_gb > 0:
-        raise ModelError(f"the memory limit must be a positive number of GB, got {memory_gb!r}")
-    mach = get_machine(machine) if isinstance(machine, str) else machine
-    prof = _profile(profile, mach)
-    policy = ConfigPolicy(int(procs), powers_of_two=powers_of_two, exact=exact, cutoff=cutoff)
-    ops = graph.operators
-    configs = tuple(configurations(op, policy) for op in ops)
-    vcosts = tuple(prof.vertex(op, cfg) for op, cfg in zip(ops, configs, strict=True))
-    edges = tuple(graph.edges())
-    matrices = []
-    for u, v, i in edges:
-        consumed = ops[v].inputs[i]
-        produced = ops[u].outputs[consumed.output]
-        matrices.append(prof.edge(ops[u], produced, configs[u], ops[v], consumed.use, configs[v]))
-    labels = [[config_label(op, row) for row in cfg.tolist()] for op, cfg in zip(ops, configs, strict=True)]
-    usage: dict[str, Any] = {}
-    if memory_gb is not None:
-        usage = {
-            "intervals": [(0, 1)] * len(ops),
-            "usages": [np.ceil(c.memory).astype(np.int64) for c in vcosts],
-            "usage_limit": int(memory_gb * 1e9),
-        }
-    problem = StrategyProblem(
-        [c.total for c in vcosts],
-        [(u, v) for u, v, _ in edges],
-        matrices,
-        names=[op.name for op in ops],
-        labels=labels,
-        name=f"{graph.name} p={procs} {prof.name}",
-        **usage,
-    )
-    ks = [int(c.shape[0]) for c in configs]
-    stats = {
-        "policy": policy.describe(),
-        "profile": prof.describe(),
-        "choices_min": min(ks),
-        "choices_max": max(ks),
-        "choices_total": int(sum(ks)),
-        "edge_entries": int(sum(m.size for m in matrices)),
-        "log10_space": float(sum(math.log10(k) for k in ks)),
-    }
-    return Costing(graph, prof, policy, configs, vcosts, edges, problem, memory_gb, time.perf_counter() - start, stats)
+__all__ = [
+    "DEFAULT_MACHINES",
+    "DEFAULT_PROCS",
+    "DEFAULT_PROFILE",
+    "PROFILES",
+    "Costing",
+    "DefaultProfile",
+    "PaseProfile",
+    "build",
+    "config_label",
+    "default_machine",
+]

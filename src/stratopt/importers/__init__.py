@@ -7,8 +7,8 @@ its ONNX export import to the same operators and shapes. :func:`flops` counts a 
 forward flops.
 """
 
-from stratopt.importers.common import UnmappedOperatorWarning, flops
+from stratopt.importers.common import UnmappedOperatorWarning, describe, flops
 from stratopt.importers.onnxfile import from_onnx
 from stratopt.importers.pytorch import from_torch
 
-__all__ = ["UnmappedOperatorWarning", "flops", "from_onnx", "from_torch"]
+__all__ = ["UnmappedOperatorWarning", "describe", "flops", "from_onnx", "from_torch"]

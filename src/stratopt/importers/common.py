@@ -210,3 +210,15 @@ def flops(graph: Graph) -> float:
         elif op.op == "lstm":  # 4 gates over [x, h]: 2 x 4 x 2 multiply-adds per (layer, t, b, n, k)
             total += 16.0 * math.prod(op.sizes)
     return total
+
+
+def describe(graph: Graph) -> str:
+    """One line: operators by kind, edges and the forward GFLOP of the dense products."""
+    kinds: dict[str, int] = {}
+    for op in graph.operators:
+        kinds[op.op] = kinds.get(op.op, 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{graph.name}: {len(graph)} operators ({summary}), {len(graph.edges())} edges, "
+        f"{flops(graph) / 1e9:,.3f} GFLOP forward in products"
+    )

@@ -9,7 +9,7 @@ changes (:class:`DeltaSimulator`, Algorithm 2), search strategies (:func:`mcmc`)
 from stratopt.sim.engine import DeltaSimulator, Timeline, check_timeline, simulate_tasks
 from stratopt.sim.search import SearchResult, data_parallel, mcmc, start_strategy
 from stratopt.sim.taskgraph import KINDS, StrategyTasks, TaskGraph, placement_tasks
-from stratopt.sim.trace import Event, events, gantt, summary, write_chrome_trace
+from stratopt.sim.trace import Event, events, gantt, simulate_strategy, summary, write_chrome_trace
 
 __all__ = [
     "KINDS",
@@ -25,6 +25,7 @@ __all__ = [
     "gantt",
     "mcmc",
     "placement_tasks",
+    "simulate_strategy",
     "simulate_tasks",
     "start_strategy",
     "summary",

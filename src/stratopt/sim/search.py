@@ -46,6 +46,30 @@ class SearchResult:
     history: tuple[tuple[int, float], ...] = ()
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def to_dict(self, costing: Any, start: str) -> dict[str, Any]:
+        """The ``search --json`` object: the start's and the best strategy's simulated time,
+        additive cost and assignment, and the search's counts; ``start`` names where it began."""
+        from stratopt.problem import evaluate
+
+        def strategy(assignment: tuple[int, ...], time: float) -> dict[str, Any]:
+            cost = evaluate(costing.problem, assignment).objective
+            return {"iteration_time": time, "additive_cost": cost, "assignment": list(assignment)}
+
+        return {
+            "procs": costing.policy.procs,
+            "profile": costing.profile.name,
+            "units": costing.units,
+            "method": "mcmc",
+            "seed": self.seed,
+            "beta": self.beta,
+            "start": {"strategy": start, **strategy(self.start, self.start_time)},
+            "best": strategy(self.best, self.best_time),
+            "iterations": self.iterations,
+            "accepted": self.accepted,
+            "improvements": self.improvements,
+            "wall_time": self.wall_time,
+        }
+
 
 def data_parallel(costing: Any) -> list[int]:
     """Data parallelism: every operator splits only the axes that index its output's first

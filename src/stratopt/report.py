@@ -1,0 +1,216 @@
+"""Human-readable reports of results: the tables and lines ``stratopt`` prints, usable from Python.
+
+Each function writes to standard output (rich tables for tables, plain lines otherwise); the
+``--json`` forms of the same results come from the results' own ``to_dict`` methods.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from stratopt.problem import Evaluation, StrategyProblem
+
+__all__ = [
+    "print_comparison",
+    "print_evaluation",
+    "print_explain",
+    "print_models",
+    "print_placement",
+    "print_result",
+    "print_schedule",
+    "print_search",
+    "print_simulation",
+    "short_list",
+]
+
+
+def _console(width: int | None = None) -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=True, width=width)
+
+
+def _table(columns: Sequence[str], left: Sequence[str], **kwargs: Any) -> Any:
+    from rich.table import Table
+
+    table = Table(**kwargs)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right")
+    return table
+
+
+def short_list(values: Sequence[int], limit: int = 40) -> str:
+    """``[1, 2, 3]``, or its first ``limit`` entries and a count."""
+    if len(values) <= limit:
+        return "[" + ", ".join(map(str, values)) + "]"
+    head = ", ".join(map(str, values[:limit]))
+    return f"[{head}, ...] ({len(values)} entries; --json prints all)"
+
+
+def print_result(problem: StrategyProblem, result: Any, instance: str) -> None:
+    """One solve: status, objective, bound, gap, time and the assignment."""
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("instance", f"{instance} ({problem.num_vertices} vertices, {problem.num_edges} edges)")
+    table.add_row("solver", result.solver)
+    table.add_row("status", result.status.value + (f" (stopped by: {result.limit.value})" if result.limit else ""))
+    table.add_row("objective", "-" if result.objective is None else f"{result.objective}")
+    table.add_row("bound", "-" if result.bound is None else f"{result.bound}")
+    if result.gap is not None:
+        table.add_row("gap", f"{result.gap:.3%}")
+    table.add_row("time", f"{result.wall_time:.3f} s")
+    if result.assignment is not None:
+        table.add_row("assignment", short_list(list(result.assignment)))
+    if "error" in result.stats:
+        table.add_row("error", str(result.stats["error"]))
+    _console().print(table)
+
+
+def print_comparison(comparison: Any) -> None:
+    """The solvers side by side, and the verdict of the cross-checks."""
+    table = _table(
+        ("solver", "status", "objective", "bound", "seconds"),
+        ("solver", "status"),
+        title="solvers side by side (every objective recomputed by evaluate)",
+    )
+    for r in comparison.results:
+        table.add_row(
+            r.solver,
+            r.status.value + (f" ({r.limit.value})" if r.limit else ""),
+            "-" if r.objective is None else f"{r.objective:.10g}",
+            "-" if r.bound is None else f"{r.bound:.10g}",
+            f"{r.wall_time:.2f}",
+        )
+    console = _console()
+    console.print(table)
+    if not comparison.agree:
+        console.print(f"[bold red]MISMATCH[/]: {comparison.mismatch}")
+    elif comparison.infeasible:
+        console.print("agree: infeasible (proven)")
+    elif comparison.optimum is not None:
+        console.print(f"agree: yes; proven optimum {comparison.optimum:.10g}")
+    else:
+        console.print("agree: yes; no solver proved an optimum in its time")
+
+
+def print_explain(rows: list[dict[str, Any]], units: str) -> None:
+    """:meth:`stratopt.cost.Costing.explain`'s rows as a table with a total line."""
+
+    def num(x: float) -> str:
+        return "0" if x == 0 else f"{x:.4g}"
+
+    table = _table(
+        ("operator", "op", "config", "compute", "comm", "edges in", "total", "memory MiB"),
+        ("operator", "op", "config"),
+        title=f"per-operator costs ({units}; edge costs charged to the consumer; memory per device)",
+    )
+    keys = ("compute", "comm", "edges_in", "total", "memory_bytes")
+    totals = [0.0] * len(keys)
+    for r in rows:
+        table.add_row(
+            r["operator"], r["op"], r["config"], *(num(r[k]) for k in keys[:4]), f"{r['memory_bytes'] / 2**20:.1f}"
+        )
+        totals = [t + r[k] for t, k in zip(totals, keys, strict=True)]
+    table.add_section()
+    table.add_row("all", "", "", *(num(t) for t in totals[:4]), f"{totals[4] / 2**20:.1f}")
+    # Piped output gets a width that fits the table instead of rich's 80-column default.
+    _console(None if sys.stdout.isatty() else 160).print(table)
+
+
+def print_models(found: dict[str, list[dict[str, Any]]]) -> None:
+    """:func:`stratopt.instances.catalogue`: networks, placement jobs and built-in problems."""
+    console = _console()
+    table = _table(
+        ("name", "vertices", "edges", "source"),
+        ("name", "source"),
+        title="networks (operator graphs; solve with --procs P --profile pase|default)",
+    )
+    for head in found["networks"]:
+        table.add_row(head["name"], str(head["operators"]), str(head["edges"]), str(head["source"]))
+    console.print(table)
+    table = _table(
+        ("name", "nodes", "edges", "devices"),
+        ("name", "devices"),
+        title="placement jobs (stratopt place NAME --algo A)",
+    )
+    for head in found["placements"]:
+        table.add_row(head["name"], str(head["nodes"]), str(head["edges"]), str(head["devices"]))
+    console.print(table)
+    table = _table(("name", "description"), ("name", "description"), title="built-in problems")
+    for head in found["problems"]:
+        table.add_row(head["name"], head["description"])
+    console.print(table)
+
+
+def print_placement(result: Any) -> None:
+    """A placement: per device its nodes and busy time, then makespan, status, bound and JCT."""
+    inst = result.instance
+    if result.placement is None:
+        print(f"{inst.name}: {result.algorithm} found no placement ({result.status.value})")
+        return
+    use: dict[str, list[str]] = {}
+    for j, i in enumerate(result.placement):
+        use.setdefault(inst.devices[i].name, []).append(inst.nodes[j])
+    table = _table(
+        ("device", "nodes", "busy", "first nodes"), ("device", "first nodes"), title=f"{inst.name}: {result.algorithm}"
+    )
+    for i, d in enumerate(inst.devices):
+        nodes = use.get(d.name, [])
+        if nodes:
+            busy = sum(float(inst.cost[inst.nodes.index(v), i]) for v in nodes)
+            more = " ..." if len(nodes) > 6 else ""
+            table.add_row(d.name, str(len(nodes)), f"{busy:g}", ", ".join(nodes[:6]) + more)
+    _console().print(table)
+    bound = "" if result.bound is None else f", proven bound {result.bound:g}"
+    print(
+        f"makespan {result.makespan:g} ({result.status.value}{bound}); seed 004's JCT {result.jct:g}; "
+        f"placed in {result.wall_time:.3f} s"
+    )
+    if not result.fits_memory:
+        print("note: this placement exceeds some device's memory (only etf and cpsat honour memory)")
+
+
+def print_schedule(name: str, makespan: float, jct: float, tasks: list[dict[str, Any]], how: str, show: int) -> None:
+    """A simulated placement: makespan, JCT and its first ``show`` tasks."""
+    print(f"{name}: makespan {makespan:g} ({how}); seed 004's JCT {jct:g}")
+    for task in tasks[:show]:
+        print(f"  {task['start']:>12g} {task['end']:>12g}  {task['device']:>8s}  {task['name']}")
+    if len(tasks) > show:
+        print(f"  ... {len(tasks) - show} more (--json prints all)")
+
+
+def print_simulation(name: str, procs: int, source: str, info: dict[str, Any]) -> None:
+    """A simulated training step (:func:`stratopt.sim.summary`'s figures)."""
+    print(
+        f"{name} on {procs} devices, strategy from {source}: iteration time "
+        f"{info['iteration_time']:,.1f} {info['units']} simulated (additive model: {info['additive_cost']:,.1f}); "
+        f"{info['tasks']} tasks simulated in {info['wall_time']:.2f} s"
+    )
+    print("device utilisation: " + ", ".join(f"{d} {u:.0%}" for d, u in info["utilisation"].items()))
+    kinds = ", ".join(f"{k} {v:,.1f}" for k, v in info["critical_path_by_kind"].items())
+    print(f"critical path: {len(info['critical_path'])} tasks; {kinds}")
+    if info["busiest_links"]:
+        print("busiest links: " + ", ".join(f"{k} {v:,.1f}" for k, v in info["busiest_links"].items()))
+
+
+def print_search(name: str, procs: int, units: str, start: str, r: Any, start_cost: float, best_cost: float) -> None:
+    """An MCMC search: proposals, and the start's and the best strategy's times."""
+    gain = 1.0 - r.best_time / r.start_time if r.start_time else 0.0
+    print(
+        f"{name} on {procs} devices: MCMC from {start} ({r.iterations} proposals, "
+        f"{r.accepted} accepted, {r.wall_time:.1f} s, seed {r.seed})"
+    )
+    print(f"  start  {r.start_time:>14,.1f} {units} simulated   {start_cost:>14,.1f} additive")
+    print(f"  best   {r.best_time:>14,.1f} {units} simulated   {best_cost:>14,.1f} additive   ({gain:.1%} faster)")
+
+
+def print_evaluation(problem: StrategyProblem, ev: Evaluation) -> None:
+    """An assignment's price, peak usage and feasibility."""
+    print(f"objective: {ev.objective}")
+    if ev.peak_usage is not None:
+        limit = "no limit" if problem.usage_limit is None else f"limit {problem.usage_limit}"
+        print(f"peak usage: {ev.peak_usage} ({limit})")
+    print("feasible: yes" if ev.feasible else f"feasible: no: {ev.violation}")
