@@ -235,7 +235,7 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
         head = {"instance": args.instance, "procs": procs, "profile": costing.profile.name, "units": units}
         _emit_json({**head, "strategy": {"source": source, "assignment": assignment}, **info})
     else:
-        report.print_simulation(costing.graph.name, procs, source, info)
+        report.print_simulation(costing.graph.name, procs, source, info, units)
     return OK
 
 

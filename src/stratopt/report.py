@@ -182,11 +182,11 @@ def print_schedule(name: str, makespan: float, jct: float, tasks: list[dict[str,
         print(f"  ... {len(tasks) - show} more (--json prints all)")
 
 
-def print_simulation(name: str, procs: int, source: str, info: dict[str, Any]) -> None:
+def print_simulation(name: str, procs: int, source: str, info: dict[str, Any], units: str) -> None:
     """A simulated training step (:func:`stratopt.sim.summary`'s figures)."""
     print(
         f"{name} on {procs} devices, strategy from {source}: iteration time "
-        f"{info['iteration_time']:,.1f} {info['units']} simulated (additive model: {info['additive_cost']:,.1f}); "
+        f"{info['iteration_time']:,.1f} {units} simulated (additive model: {info['additive_cost']:,.1f}); "
         f"{info['tasks']} tasks simulated in {info['wall_time']:.2f} s"
     )
     print("device utilisation: " + ", ".join(f"{d} {u:.0%}" for d, u in info["utilisation"].items()))

@@ -74,3 +74,18 @@ def test_simulate_placement_trace(capsys, tmp_path):
     code, out, _ = run(capsys, "simulate", "seed004-appendix", "--placement", json.dumps(data), "--trace", str(trace))
     assert code == 0 and "makespan 14" in out
     assert len([e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]) == 5
+
+
+def test_simulate_and_search_summaries(capsys):
+    """The text forms: simulate's iteration time, utilisation, critical path by task kind and
+    busiest links; search's start and best lines (the same figures the JSON gives)."""
+    code, out, _ = run(capsys, "simulate", "vgg19", "-p", "4")
+    data = json.loads(run(capsys, "simulate", "vgg19", "-p", "4", "--json")[1])
+    lines = out.splitlines()
+    assert code == 0 and f"iteration time {data['iteration_time']:,.1f} us simulated" in lines[0]
+    assert lines[1].startswith("device utilisation: dev0 ")
+    kinds = data["critical_path_by_kind"]
+    assert lines[2].startswith(f"critical path: {len(data['critical_path'])} tasks; {next(iter(kinds))} ")
+    assert sum(kinds.values()) <= data["iteration_time"] + 1e-6
+    code, out, _ = run(capsys, "search", "vgg19", "-p", "4", "--budget", "20", "--seed", "1")
+    assert code == 0 and "MCMC from dp (20 proposals" in out and "  best " in out

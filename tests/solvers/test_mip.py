@@ -162,13 +162,18 @@ def test_time_limited_run_is_not_called_optimal(name):
 
 
 @pytest.mark.parametrize(("name", "limit", "optimum"), [("B", 60, 532843), ("G", 120, 217039)])
-def test_highs_proves_iopddl_optima(name, limit, optimum):
-    """HiGHS proves the contest's B and G optimal within their contest time limits (about 7 s
-    each on a 2-core machine; scripts/bench_iopddl.py times them)."""
+def test_highs_on_iopddl_agrees_with_the_known_optima(name, limit, optimum):
+    """HiGHS on the contest's B and G: a proof, when it comes, is of the known optimum; an answer
+    stopped by time lies above it with a bound below it. (Proving them takes about 7 s each on a
+    2-core machine: scripts/bench_iopddl.py measures that; a test does not depend on the speed.)"""
     from ..conftest import needs_iopddl
 
     r = solve(load_problem(needs_iopddl(f"asplos-2025-iopddl-{name}.json.gz")), "mip-highs", time_limit=limit)
-    assert r.status is Status.OPTIMAL and r.objective == r.bound == optimum
+    if r.status is Status.OPTIMAL:
+        assert r.objective == r.bound == optimum
+    else:
+        assert r.status is Status.FEASIBLE and r.limit is Limit.TIME
+        assert r.objective >= optimum and (r.bound is None or r.bound <= optimum)
 
 
 def test_watchdog_kills_an_overrunning_child(tmp_path):
@@ -183,10 +188,9 @@ def test_watchdog_kills_an_overrunning_child(tmp_path):
     threading.Thread(target=_watchdog, args=(str(tmp_path), 0.2, done, kills), daemon=True).start()
     time.sleep(0.5)  # the grace period is over before the child exists
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)])
-    start = time.perf_counter()
-    child.wait(timeout=30)
+    child.wait(timeout=60)  # the watchdog kills it long before its own 60 s are up
     done.set()
-    assert child.returncode != 0 and kills == [child.pid] and time.perf_counter() - start < 5
+    assert child.returncode != 0 and kills == [child.pid]
 
 
 @pytest.mark.parametrize("name", MIPS)

@@ -85,10 +85,30 @@ def compare(
     ``solvers`` defaults to :func:`default_solvers`. With ``raise_on_mismatch=False`` a failed
     check is returned in ``Comparison.mismatch`` instead of raised.
 
+    Parameters
+    ----------
+    problem
+        The problem every solver runs on.
+    solvers
+        Registered names or :class:`~stratopt.Solver` objects.
+    time_limit
+        Seconds each solver may use.
+    progress
+        Receives a line before and after each solver.
+    raise_on_mismatch
+        Raise on a failed check (default) or report it in the result.
+
     Raises
     ------
     CrossCheckError
         On the first failed check, with both answers in the message.
+
+    Examples
+    --------
+    >>> from stratopt import load_problem
+    >>> c = compare(load_problem("example"), ["brute", "dp", "greedy"])
+    >>> c.agree, c.optimum, [r.status.value for r in c.results]
+    (True, 445, ['optimal', 'no_solution', 'feasible'])
     """
     say = progress or (lambda _msg: None)
     chosen = list(solvers) if solvers is not None else list(default_solvers(problem))

@@ -28,6 +28,13 @@ class BruteForce:
 
     Ties go to the lexicographically smallest assignment. Forbidden entries (cost >= 1e17 or
     +inf) exclude an assignment; so does exceeding the usage limit at any time.
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, load_problem, solve
+    >>> r = solve(load_problem("example"), "brute")
+    >>> r.status.value, r.assignment, r.objective
+    ('optimal', (0, 0, 2, 1, 0), 445)
     """
 
     name = "brute"

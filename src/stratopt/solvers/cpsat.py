@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from stratopt.problem import StrategyProblem
-from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.driver import HintProvider, Limits, Raw, drive, pick_hint
+from stratopt.solvers.base import Limit, Status
+from stratopt.solvers.driver import Driven, Limits, Raw
 from stratopt.solvers.formulation import Formulation, Key, build
 
 __all__ = ["CpSat", "CpSatEncoding", "map_status"]
@@ -47,14 +47,14 @@ class CpSatEncoding:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-class CpSat:
+class CpSat(Driven):
     """One-hot CP-SAT model: exactly-one per vertex, marginal-linearised edges, clique usage rows.
 
     Integer costs are used as they are; float costs are scaled by a power of two so that the
     largest coefficient is about 1e9, and rounded. The proof then holds for the rounded costs:
     when the rounding changed any cost, an optimum of the rounded model is reported FEASIBLE
     with ``Limit.PRECISION`` and a bound lowered by the worst total rounding error
-    (``stats["rounding_error"]``), never OPTIMAL. ``num_workers`` defaults to the core count; the
+    (``stats["rounding_error"]``), never OPTIMAL. ``threads`` (CP-SAT's workers) defaults to the core count; the
     hint comes from the provider the registry passes in (greedy), or ``hint=`` (a provider, an
     assignment, or None).
 
@@ -68,32 +68,7 @@ class CpSat:
     """
 
     name = "cpsat"
-    exact = True
-
-    def __init__(self, hint: HintProvider | None = None) -> None:
-        self.hint = hint
-
-    def solve(
-        self,
-        problem: StrategyProblem,
-        *,
-        time_limit: float | None = None,
-        seed: int | None = None,
-        num_workers: int | None = None,
-        presolve: bool = False,
-        hint: Any = True,
-        log: bool = False,
-    ) -> Result:
-        return drive(
-            self,
-            problem,
-            time_limit=time_limit,
-            seed=seed,
-            hint=pick_hint(hint, self.hint),
-            threads=num_workers,
-            log=log,
-            options={"presolve": presolve},
-        )
+    OPTIONS: ClassVar[dict[str, Any]] = {"presolve": False}
 
     def build(self, problem: StrategyProblem) -> CpSatEncoding:
         form = build(problem)

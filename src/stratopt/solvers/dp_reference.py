@@ -35,6 +35,14 @@ class ReferenceDP:
     References
     ----------
     V. Elango, PaSE (IPDPS 2021), earlier version of the algorithm (seeds 001 and 002).
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, solve
+    >>> p = StrategyProblem([[3, 1], [0, 5], [1, 1]], [(0, 1), (1, 2)], [[[0, 9], [9, 0]], [[0, 1], [1, 0]]])
+    >>> r = solve(p, "dp-reference")
+    >>> r.status.value, r.assignment, r.objective
+    ('optimal', (0, 0, 0), 4)
     """
 
     name = "dp-reference"

@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from stratopt.errors import ModelError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Solver, Status
 
-__all__ = ["Backend", "HintProvider", "Limits", "Raw", "check", "drive", "pick_hint"]
+__all__ = ["Backend", "Driven", "HintProvider", "Limits", "Raw", "check", "drive", "pick_hint"]
 
 #: A function that proposes a full assignment for a problem (or None when it finds none).
 HintProvider = Callable[[StrategyProblem], "Sequence[int] | np.ndarray | None"]
@@ -75,6 +75,50 @@ class Backend(Protocol):
     def run(self, encoding: Any, limits: Limits) -> Raw: ...
 
     def decode(self, encoding: Any, raw: Raw) -> Raw: ...
+
+
+class Driven:
+    """Base of the formulation solvers: :meth:`solve` (the :class:`~stratopt.Solver` protocol) runs
+    :func:`drive` on the subclass's build / run / decode.
+
+    Options every formulation takes: ``threads`` (default: the core count), ``hint`` (True: the
+    provider the registry passed in; False: none; or a provider or an assignment) and ``log``;
+    back-end options are the keys of ``OPTIONS`` with their defaults, and others are refused.
+    """
+
+    name = "formulation"
+    exact = True
+    OPTIONS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, hint: HintProvider | None = None) -> None:
+        self.hint = hint
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        threads: int | None = None,
+        hint: HintProvider | Sequence[int] | bool | None = True,
+        log: bool = False,
+        **options: Any,
+    ) -> Result:
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ModelError(
+                f"{self.name}: unknown option {unknown[0]!r}; options: {', '.join(self.OPTIONS) or 'none'}"
+            )
+        return drive(
+            self,  # type: ignore[arg-type]
+            problem,
+            time_limit=time_limit,
+            seed=seed,
+            hint=pick_hint(hint, self.hint),
+            threads=threads,
+            log=log,
+            options={**self.OPTIONS, **options},
+        )
 
 
 def drive(

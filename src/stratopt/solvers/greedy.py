@@ -36,6 +36,13 @@ class Greedy:
     If arc consistency empties a domain, or every vertex at its least-usage choice still exceeds
     the limit, no assignment can be feasible and the status is INFEASIBLE (a proof). Otherwise the result is FEASIBLE (no proof of
     optimality) or NO_SOLUTION when no feasible assignment was reached.
+
+    Examples
+    --------
+    >>> from stratopt import load_problem, solve
+    >>> r = solve(load_problem("example"), "greedy", seed=0)
+    >>> r.status.value, r.limit.value, r.objective, r.bound is None
+    ('feasible', 'heuristic', 445, True)
     """
 
     name = "greedy"

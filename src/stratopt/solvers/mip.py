@@ -31,8 +31,8 @@ import numpy as np
 
 from stratopt.errors import SolverError
 from stratopt.problem import StrategyProblem
-from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.driver import HintProvider, Limits, Raw, drive, pick_hint
+from stratopt.solvers.base import Limit, Status
+from stratopt.solvers.driver import Driven, Limits, Raw
 from stratopt.solvers.formulation import Formulation, Key, build
 
 __all__ = ["MipCbc", "MipEncoding", "MipHighs", "map_cbc_status", "map_highs_status"]
@@ -103,28 +103,10 @@ class MipEncoding:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-class _Mip:
+class _Mip(Driven):
     """The PuLP model shared by both back-ends; subclasses set the back-end and read its status."""
 
     name = "mip"
-    exact = True
-
-    def __init__(self, hint: HintProvider | None = None) -> None:
-        self.hint = hint
-
-    def solve(
-        self,
-        problem: StrategyProblem,
-        *,
-        time_limit: float | None = None,
-        seed: int | None = None,
-        threads: int | None = None,
-        hint: Any = True,
-        log: bool = False,
-    ) -> Result:
-        return drive(
-            self, problem, time_limit=time_limit, seed=seed, hint=pick_hint(hint, self.hint), threads=threads, log=log
-        )
 
     def build(self, problem: StrategyProblem) -> MipEncoding:
         form = build(problem)
@@ -200,7 +182,15 @@ class _Mip:
 
 
 class MipHighs(_Mip):
-    """HiGHS through PuLP's in-process ``highspy`` interface, with ``mip_rel_gap = 0``."""
+    """HiGHS through PuLP's in-process ``highspy`` interface, with ``mip_rel_gap = 0``.
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, load_problem, solve
+    >>> r = solve(load_problem("example"), "mip-highs", seed=0)
+    >>> r.status.value, r.assignment, r.objective
+    ('optimal', (0, 0, 2, 1, 0), 445)
+    """
 
     name = "mip-highs"
 
@@ -237,7 +227,15 @@ class MipHighs(_Mip):
 
 
 class MipCbc(_Mip):
-    """CBC (bundled with PuLP) with ``ratio 0``; status and bound read from its solution and log."""
+    """CBC (bundled with PuLP) with ``ratio 0``; status and bound read from its solution and log.
+
+    Examples
+    --------
+    >>> from stratopt import StrategyProblem, load_problem, solve
+    >>> r = solve(load_problem("example"), "mip-cbc", seed=0)
+    >>> r.status.value, r.assignment, r.objective
+    ('optimal', (0, 0, 2, 1, 0), 445)
+    """
 
     name = "mip-cbc"
 
