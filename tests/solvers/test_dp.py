@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratopt import Limit, Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
+from stratopt import Limit, Result, Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
+from stratopt.solvers import dp as dp_module
 from stratopt.solvers.dp import ORDERINGS, plan
 
 from ..conftest import BIG, problems
@@ -204,3 +205,17 @@ def test_sums_past_two_to_the_53_are_not_called_optimal():
     r = solve(p, "dp")
     assert r.status is Status.FEASIBLE and r.limit is Limit.PRECISION and "2**53" in r.stats["precision"]
     assert r.bound <= exact.objective <= r.objective
+
+
+def test_auto_gives_the_dp_half_its_budget(monkeypatch):
+    """'auto' hands the DP half its time limit; a DP out of time leaves the answer to the next step."""
+    seen = []
+
+    def spy(self, problem, *, time_limit=None, **kw):
+        seen.append(time_limit)
+        return Result("dp", Status.NO_SOLUTION, limit=Limit.TIME)
+
+    monkeypatch.setattr(dp_module.DynamicProgramming, "solve", spy)
+    r = solve(load_problem("example"), time_limit=8)
+    assert seen == [4] and r.stats["auto"] == "dp stopped at half the time limit"
+    assert r.status is Status.OPTIMAL and r.objective == 445  # brute force, the next step

@@ -148,7 +148,7 @@ class PlacementInstance:
             if v not in succs[u]:
                 succs[u].append(v)
                 preds[v].append(u)
-        order = _topological(n, preds, succs, nodes, name)
+        order = _topological(n, succs, nodes, name)
         if capacity is None:
             capacity = float(c.max(axis=1).sum()) or 1.0
         elif not (isinstance(capacity, (int, float)) and math.isfinite(capacity) and capacity > 0):
@@ -267,24 +267,21 @@ def _unique(names: list[str], what: str) -> None:
         seen.add(v)
 
 
-def _topological(n: int, preds: list[list[int]], succs: list[list[int]], nodes: Sequence[str], name: str) -> list[int]:
-    import heapq
+def _topological(n: int, succs: list[list[int]], nodes: Sequence[str], name: str) -> list[int]:
+    """Nodes in topological order, the lowest index first among those ready; a cycle is an error
+    naming a node on it."""
+    import networkx as nx
 
-    indeg = [len(p) for p in preds]
-    ready = [j for j in range(n) if indeg[j] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        u = heapq.heappop(ready)
-        order.append(u)
-        for v in succs[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(ready, v)
-    if len(order) < n:
-        stuck = min(j for j in range(n) if indeg[j] > 0)
-        raise ModelError(f"{name}: the edges form a cycle through node {nodes[stuck]!r}; a job graph must be acyclic")
-    return order
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from((u, v) for u in range(n) for v in succs[u])
+    try:
+        return list(nx.lexicographical_topological_sort(g))
+    except nx.NetworkXUnfeasible:
+        on_cycle = min(u for u, _ in nx.find_cycle(g))
+        raise ModelError(
+            f"{name}: the edges form a cycle through node {nodes[on_cycle]!r}; a job graph must be acyclic"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------- JSON

@@ -11,7 +11,7 @@ from typing import Any
 from stratopt.errors import ModelError, UnsupportedProblemError
 from stratopt.problem import StrategyProblem
 from stratopt.solvers import registry
-from stratopt.solvers.base import Result, Solver, Status
+from stratopt.solvers.base import Limit, Result, Solver, Status
 from stratopt.solvers.brute import SMALL_SPACE
 from stratopt.solvers.driver import check
 
@@ -40,8 +40,9 @@ def solve_auto(
 ) -> Result:
     """What ``solve(problem, "auto")`` does: the best exact answer that applies, else a heuristic.
 
-    1. ``dp``: exact; its answer stands when optimal or infeasible.
-    2. If the DP refuses or its optimum breaks the usage limit: ``brute`` (exact under the limit)
+    1. ``dp``, with half the time limit: exact; its answer stands when optimal or infeasible (or
+       feasible with ``Limit.PRECISION``, sums no solver here holds exactly).
+    2. If the DP refuses, runs out of its time or its optimum breaks the usage limit: ``brute`` (exact under the limit)
        for at most :data:`~stratopt.solvers.brute.SMALL_SPACE` assignments; else, where :func:`mip_fits`, ``mip-highs``
        (exact under the limit, greedy's warm start; ``cpsat`` if HiGHS is not installed); else
        ``greedy``.
@@ -53,14 +54,18 @@ def solve_auto(
     say = progress or (lambda _msg: None)
     bound = None
     try:
-        exact = solve(problem, "dp", time_limit=time_limit, seed=seed)
+        # The DP gets half the budget: past it, the later steps still have their share.
+        exact = solve(problem, "dp", time_limit=None if time_limit is None else time_limit / 2, seed=seed)
     except UnsupportedProblemError as exc:
         note = f"dp refused: {exc}"
     else:
-        if exact.status in (Status.OPTIMAL, Status.INFEASIBLE):
-            return exact
+        if exact.status in (Status.OPTIMAL, Status.INFEASIBLE, Status.FEASIBLE):
+            return exact  # FEASIBLE: sums past 2**53, which no later step holds exactly either
         bound = exact.bound
-        note = f"the dp optimum breaks the usage limit ({exact.stats.get('relaxed_violation')})"
+        if exact.limit is Limit.TIME:
+            note = "dp stopped at half the time limit"
+        else:
+            note = f"the dp optimum breaks the usage limit ({exact.stats.get('relaxed_violation')})"
     say(note)
 
     def left() -> float | None:
