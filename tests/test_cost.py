@@ -172,3 +172,30 @@ def test_reshape_only_contiguous_splits():
     ravel = g.build().operators[0]
     rows = configurations(ravel, ConfigPolicy(procs=8, cutoff=1)).tolist()
     assert [4, 2, 1] in rows and [1, 2, 1] not in rows and [2, 1, 2] not in rows
+
+
+@pytest.mark.parametrize(
+    ("procs", "optimum"),
+    [(4, 6866837733376), (8, 4024963186688)],
+)
+def test_rnnlm_matches_pase(procs, optimum):
+    """PaSE's RNNLM (its final graph.py: cutoff 1, one-hot embedding einsum, stacked LSTM, FC,
+    softmax cross-entropy) at p = 4 is its published optimum, to the last digit; p = 8 is what
+    PaSE's own scheduler prints for the same sources (run by hand; the README has p = 4..64)."""
+    costing = build(ZOO["rnnlm"].build(), procs, profile="pase")
+    assert costing.policy.cutoff == 1
+    if procs == 4:  # PaSE prints its configuration counts: Einsum 15, LSTM 14, FC 15, softmax 10
+        assert costing.problem.num_choices.tolist() == [15, 14, 15, 10]
+    dp = solve(costing.problem, "dp")
+    assert dp.status.value == "optimal" and dp.objective == optimum
+
+
+def test_graph_cutoff_is_the_default_policy():
+    """A graph's own cutoff prices it unless build() is told another; it survives JSON."""
+    from stratopt.graph.io import graph_from_dict, graph_to_dict
+
+    graph = ZOO["rnnlm"].build()
+    assert graph.cutoff == 1 and graph_from_dict(graph_to_dict(graph)).cutoff == 1
+    assert build(graph, 4, profile="pase").problem.num_choices[1] == 14  # the layer axis splits
+    assert build(graph, 4, profile="pase", cutoff=4).problem.num_choices[1] == 10
+    assert build(ZOO["alexnet"].build(), 4).policy.cutoff == 4

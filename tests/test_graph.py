@@ -95,6 +95,7 @@ def _broken(mutate):
         (lambda d: d["operators"][4]["axes"][0].__setitem__(1, 0), "operator 'fc1': axis 'b' has size 0"),
         (lambda d: d.__setitem__("version", 7), "version 7 is not supported"),
         (lambda d: d["operators"][5].pop("name"), r"operators\[5\]: missing or empty 'name'"),
+        (lambda d: d.__setitem__("cutoff", 0), "'cutoff' must be a positive integer, got 0"),
     ],
 )
 def test_malformed_graphs_name_the_operator(mutate, message):

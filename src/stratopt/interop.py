@@ -117,7 +117,7 @@ def graph_to_networkx(graph: Graph) -> nx.MultiDiGraph:
     (14, 13, 'conv')
     """
     data = graph_to_dict(graph)
-    g = nx.MultiDiGraph(name=graph.name, source=graph.source)
+    g = nx.MultiDiGraph(name=graph.name, source=graph.source, cutoff=graph.cutoff)
     for entry in data["operators"]:
         g.add_node(entry["name"], op=entry["op"], operator=entry)
     for entry in data["operators"]:
@@ -136,6 +136,7 @@ def graph_from_networkx(g: nx.Graph) -> Graph:
             raise ModelError(f"node {node!r}: no 'operator' attribute (a stratopt-graph operator entry)")
         entries.append(data["operator"])
     doc = {"format": FORMAT, "version": VERSION, "name": g.graph.get("name", "networkx"), "operators": entries}
-    if g.graph.get("source"):
-        doc["source"] = g.graph["source"]
+    for key in ("source", "cutoff"):
+        if g.graph.get(key) is not None:
+            doc[key] = g.graph[key]
     return graph_from_dict(doc, source=str(doc["name"]))

@@ -45,6 +45,8 @@ PROFILES: dict[str, Callable[[Machine], Any]] = {"pase": PaseProfile, "default":
 #: profile is only meaningful on the machine its formulas assume).
 DEFAULT_PROFILE = "default"
 DEFAULT_PROCS = 8
+#: Least block size per split axis when the graph does not ask for another (PaSE's default).
+DEFAULT_CUTOFF = 4
 DEFAULT_MACHINES = {"pase": "pase", "default": "h100"}
 
 
@@ -160,7 +162,7 @@ def build(
     memory_gb: float | None = None,
     powers_of_two: bool = False,
     exact: bool = False,
-    cutoff: int = 4,
+    cutoff: int | None = None,
 ) -> Costing:
     """Price ``graph`` on ``procs`` devices of ``machine`` with a cost profile.
 
@@ -180,7 +182,9 @@ def build(
         Per-device memory limit in GB; when given, every operator's memory is a usage that must
         fit under it (all operators are live at the end of the forward pass).
     powers_of_two, exact, cutoff
-        The configuration policy (:class:`~stratopt.graph.configs.ConfigPolicy`).
+        The configuration policy (:class:`~stratopt.graph.configs.ConfigPolicy`); ``cutoff``
+        (least block size per split axis) defaults to the graph's own (PaSE's RNNLM and
+        Transformer ask for 1), else 4.
 
     Raises
     ------
@@ -206,6 +210,8 @@ def build(
         machine = default_machine(profile)
     mach = get_machine(machine) if isinstance(machine, str) else machine
     prof = _profile(profile, mach)
+    if cutoff is None:
+        cutoff = DEFAULT_CUTOFF if graph.cutoff is None else graph.cutoff
     policy = ConfigPolicy(int(procs), powers_of_two=powers_of_two, exact=exact, cutoff=cutoff)
     ops = graph.operators
     configs = tuple(configurations(op, policy) for op in ops)

@@ -3,6 +3,7 @@
 ::
 
     {"format": "stratopt-graph", "version": 1, "name": "alexnet", "source": "where it comes from",
+     "cutoff": 1,                                            # least block size per split axis (optional)
      "operators": [
        {"name": "conv1", "op": "conv",
         "axes": [["b", 128], ["c", 3], ["h", 55], ...],     # iteration domain, in order
@@ -76,7 +77,10 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         entry["inputs"] = inputs
         entry["outputs"] = [_use_to_dict(u) for u in op.outputs]
         ops.append(entry)
-    return {"format": FORMAT, "version": VERSION, "name": graph.name, "source": graph.source, "operators": ops}
+    head = {"format": FORMAT, "version": VERSION, "name": graph.name, "source": graph.source}
+    if graph.cutoff is not None:
+        head["cutoff"] = graph.cutoff
+    return {**head, "operators": ops}
 
 
 def _ints(value: Any, where: str) -> tuple[int, ...]:
@@ -178,7 +182,11 @@ def graph_from_dict(data: Any, *, source: str = "graph") -> Graph:
     if not isinstance(ops, list) or not ops:
         raise ModelError(f"{source}: 'operators' must be a non-empty list")
     parsed = [_operator(entry, i) for i, entry in enumerate(ops)]
-    return Graph(str(data.get("name", Path(source).stem)), tuple(_topological(parsed)), str(data.get("source", "")))
+    cutoff = data.get("cutoff")
+    if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1):
+        raise ModelError(f"{source}: 'cutoff' must be a positive integer, got {json.dumps(cutoff)}")
+    name = str(data.get("name", Path(source).stem))
+    return Graph(name, tuple(_topological(parsed)), str(data.get("source", "")), cutoff)
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:

@@ -203,8 +203,15 @@ class Graph:
     name: str
     operators: tuple[Operator, ...]
     source: str = ""
+    #: The least block size per split axis its author asks configurations to keep (PaSE's
+    #: ``SetCutoff``); None: the pricing's own default (:func:`stratopt.cost.build`).
+    cutoff: int | None = None
 
     def __post_init__(self) -> None:
+        if self.cutoff is not None and (
+            isinstance(self.cutoff, bool) or not isinstance(self.cutoff, int) or self.cutoff < 1
+        ):
+            raise ModelError(f"{self.name}: cutoff must be a positive integer, got {self.cutoff!r}")
         self.validate()
 
     def __len__(self) -> int:

@@ -71,9 +71,10 @@ class GraphBuilder:
     counter (``conv1``, ``conv2``, ...).
     """
 
-    def __init__(self, name: str, *, source: str = "") -> None:
+    def __init__(self, name: str, *, source: str = "", cutoff: int | None = None) -> None:
         self.name = name
         self.source = source
+        self.cutoff = cutoff
         self._ops: list[Operator] = []
         self._names: set[str] = set()
         self._counts: dict[str, int] = {}
@@ -134,7 +135,7 @@ class GraphBuilder:
 
     def build(self) -> Graph:
         """The graph built so far (validated)."""
-        return Graph(self.name, tuple(self._ops), self.source)
+        return Graph(self.name, tuple(self._ops), self.source, self.cutoff)
 
     @staticmethod
     def _axis(t: TensorRef, axis: int, what: str) -> int:

@@ -170,17 +170,19 @@ def inception3(b: int = 128) -> Graph:
 
 
 def rnnlm(b: int = 64) -> Graph:
-    # PaSE's published RNNLM: 2 LSTM layers of 2048 units, vocabulary 100k, sequence 256. Its
-    # final graph.py is not in the sources we can read; this follows its nn_ops.py (Embedding
-    # as a one-hot einsum, a stacked LSTM op) with an einsum output projection, as its
-    # Transformer's.
+    # PaSE's RNNLM(b) in its final graph.py (baidu-research/PaSE 32aa761): 2 LSTM layers of 2048
+    # units, vocabulary 100k, sequence 256, SetCutoff(1) for the whole graph (so the layer axis
+    # can split: pipelined parallelism), an Embedding (a one-hot einsum with the table), the
+    # stacked LSTM op, an FC to the vocabulary and SoftmaxCrossEntropy.
     layers, units, vocab, seq = 2, 2048, 100_000, 256
     g = GraphBuilder(
-        "rnnlm", source=f"{_PASE} nn_ops.py: RNNLM, batch {b}, {layers}x LSTM {units}, vocab {vocab}, seq {seq}"
+        "rnnlm",
+        source=f"{_PASE}, final version 32aa761: RNNLM, batch {b}, {layers}x LSTM {units}, vocab {vocab}, seq {seq}, cutoff 1",
+        cutoff=1,
     )
-    x = g.embedding(g.input((b, seq)), vocab, units, pase_layout=True)
+    x = g.embedding(g.input((b, seq)), vocab, units)
     x = g.lstm(x, units, layers)
-    x = g.einsum("bln,nv->blv", x, g.input((units, vocab), param=True), pase_layout=True, kind="projection")
+    x = g.fc(x, vocab, name="fc")
     g.softmax_xent(x)
     return g.build()
 
