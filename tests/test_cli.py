@@ -207,3 +207,44 @@ def test_graph_bad_input_exits_2(tmp_path, capsys):
     assert code == 2 and "--procs apply to operator graphs" in err
     code, _, err = run(capsys, "solve", "alexnet", "--machine", "tpu")
     assert code == 2 and "unknown machine 'tpu'" in err
+
+
+def test_iopddl_answers_when_the_harness_sends_sigterm(tmp_path):
+    """A contest harness kills at its limit: on SIGTERM `stratopt iopddl` prints the best feasible
+    assignment greedy holds so far as its last stdout line (sent here once greedy reports one)."""
+    import signal
+
+    import numpy as np
+
+    from stratopt import StrategyProblem, write_iopddl
+
+    rng = np.random.default_rng(7)
+    n = 6000  # past 'auto's MIP sizes, and too wide for the DP: greedy with its window search
+    edges = {(int(u), int(v)) for u, v in rng.integers(0, n, (3 * n, 2)) if u != v}
+    p = StrategyProblem(
+        rng.integers(0, 100, (n, 3)).tolist(),
+        sorted(edges),
+        [rng.integers(0, 100, (3, 3)) for _ in edges],
+        intervals=[[v % 50, v % 50 + 10] for v in range(n)],
+        usages=rng.integers(1, 10, (n, 3)).tolist(),
+        usage_limit=6000,
+    )
+    path = tmp_path / "big.json"
+    write_iopddl(p, path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stratopt", "iopddl", str(path), "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stderr:  # wait until greedy holds a feasible assignment
+            if "descent done" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assignment = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 0 and len(assignment) == n
+    assert evaluate(p, assignment).feasible

@@ -1,8 +1,7 @@
 """The ``stratopt`` command line: parse, call the library, print (:mod:`stratopt.report`).
 
-Exit codes (DESIGN section 7): 0 success; 1 no solution, an infeasible assignment or a
-cross-check mismatch; 2 bad input, reported as one line on stderr. Defaults (profile, machine,
-device count) are the library's own (:mod:`stratopt.cost.costing`).
+Exit codes (DESIGN section 7): 0 success; 1 no solution, an infeasible assignment or a cross-check
+mismatch; 2 bad input, one line on stderr. Defaults are the library's (:mod:`stratopt.cost.costing`).
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -28,13 +28,8 @@ from stratopt.solvers.base import Status
 OK, NO_SOLUTION, BAD_INPUT = 0, 1, 2
 
 
-def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-
-
 def _stderr(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
+    print(msg, file=sys.stderr, flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,7 +98,7 @@ def _solve_cmd(args: argparse.Namespace) -> int:
             out["graph"] = costing.describe(result.assignment)
         if explain is not None:
             out["explain"] = explain
-        _emit_json(out)
+        print(json.dumps(out))
     else:
         report.print_result(problem, result, args.instance)
         if explain is not None:
@@ -133,7 +128,7 @@ def _compare_cmd(args: argparse.Namespace) -> int:
         registry.get(name)  # raises SolverUnavailableError naming the extra
     comparison = compare(problem, names, time_limit=args.time_limit, progress=_stderr, raise_on_mismatch=False)
     if args.json:
-        _emit_json(comparison.to_dict(args.instance))
+        print(json.dumps(comparison.to_dict(args.instance)))
     else:
         report.print_comparison(comparison)
     return OK if comparison.agree else NO_SOLUTION
@@ -157,7 +152,7 @@ def _models_cmd(args: argparse.Namespace) -> int:
     the built-in problems.
     """
     found = catalogue()
-    _emit_json(found) if args.json else report.print_models(found)
+    print(json.dumps(found)) if args.json else report.print_models(found)
     return OK
 
 
@@ -177,21 +172,17 @@ def _place_cmd(args: argparse.Namespace) -> int:
     )
     result = place(inst, args.algo, time_limit=args.time_limit, seed=args.seed)
     if args.json:
-        _emit_json(result.to_dict())
+        print(json.dumps(result.to_dict()))
     else:
         report.print_placement(result)
     return OK if result.placement is not None else NO_SOLUTION
 
 
-def _write_timeline(args: argparse.Namespace, rows: list[Any], title: str, units: str) -> None:
-    from stratopt.sim import gantt, write_chrome_trace
+def _outputs(args: argparse.Namespace, rows: list[Any], title: str, units: str) -> None:
+    from stratopt.sim import write_timeline
 
-    if args.trace is not None:
-        write_chrome_trace(rows, args.trace, units=units)
-        _stderr(f"wrote {args.trace} ({len(rows)} events; open in Perfetto or chrome://tracing)")
-    if args.gantt is not None:
-        gantt(rows, args.gantt, title=title, units=units)
-        _stderr(f"wrote {args.gantt}")
+    for note in write_timeline(rows, trace_file=args.trace, gantt_file=args.gantt, title=title, units=units):
+        _stderr(note)
 
 
 def _costing(args: argparse.Namespace, command: str) -> Any:
@@ -229,11 +220,11 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
         assignment, source = list(result.assignment), f"{result.solver} ({result.status.value})"
     timeline, info = simulate_strategy(costing, assignment)
     procs, units = costing.policy.procs, costing.units
-    if args.trace is not None or args.gantt is not None:
-        _write_timeline(args, events(timeline), f"{costing.graph.name} p={procs} ({source})", units)
+    title = f"{costing.graph.name} p={procs} ({source})"
+    _outputs(args, events(timeline) if args.trace or args.gantt else [], title, units)
     if args.json:
         head = {"instance": args.instance, "procs": procs, "profile": costing.profile.name, "units": units}
-        _emit_json({**head, "strategy": {"source": source, "assignment": assignment}, **info})
+        print(json.dumps({**head, "strategy": {"source": source, "assignment": assignment}, **info}))
     else:
         report.print_simulation(costing.graph.name, procs, source, info, units)
     return OK
@@ -251,12 +242,13 @@ def _simulate_placement(args: argparse.Namespace) -> int:
     placement, order = read_placement_map(inst, args.placement)
     schedule = simulate(inst, placement, order)
     rows = schedule.events(inst)
-    if args.trace is not None or args.gantt is not None:
-        _write_timeline(args, rows, inst.name, "time units")
+    _outputs(args, rows, inst.name, "time units")
     tasks = [{"name": e.name, "device": e.resource, "start": e.start, "end": e.end} for e in rows]
     makespan, cost = schedule.makespan, jct(inst, placement)
     if args.json:
-        _emit_json({"makespan": makespan, "jct": cost, "policy": "order" if order else "dispatch", "tasks": tasks})
+        print(
+            json.dumps({"makespan": makespan, "jct": cost, "policy": "order" if order else "dispatch", "tasks": tasks})
+        )
     else:
         how = "the given device order" if order else "dispatch in order of readiness"
         report.print_schedule(inst.name, makespan, cost, tasks, how, args.show)
@@ -285,7 +277,7 @@ def _search_cmd(args: argparse.Namespace) -> int:
     r = mcmc(costing, how, budget=budget, time_limit=args.time_limit, beta=args.beta, seed=args.seed, progress=progress)
     out = r.to_dict(costing, args.start)
     if args.json:
-        _emit_json({"instance": args.instance, **out})
+        print(json.dumps({"instance": args.instance, **out}))
     else:
         costs = (out["start"]["additive_cost"], out["best"]["additive_cost"])
         report.print_search(costing.graph.name, costing.policy.procs, costing.units, args.start, r, *costs)
@@ -321,7 +313,7 @@ def _evaluate_cmd(args: argparse.Namespace) -> int:
     problem, _ = _load(args)
     ev = evaluate(problem, parse_assignment(args.assignment))
     if args.json:
-        _emit_json({"instance": args.instance, **ev.to_dict(), "usage_limit": problem.usage_limit})
+        print(json.dumps({"instance": args.instance, **ev.to_dict(), "usage_limit": problem.usage_limit}))
     else:
         report.print_evaluation(problem, ev)
     return OK if ev.feasible else NO_SOLUTION
@@ -338,16 +330,27 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
     loaded = time.perf_counter() - start
     # Leave room to print the answer: 5% of the budget and at least half a second.
     budget = args.timeout - loaded - max(0.5, 0.05 * args.timeout)
-    _stderr(
-        f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; solving {budget:.1f} s"
-    )
-    result = solve_auto(problem, time_limit=budget, progress=_stderr) if budget > 0 else None
+    _stderr(f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; {budget:.1f} s left")
+    best: list[tuple[int, ...]] = []  # feasible assignments as greedy finds them
+
+    def line() -> str:
+        return "[" + ", ".join(map(str, best[-1])) + "]" if best else "[]"
+
+    def leave(signum: int, frame: Any) -> None:  # the harness ends the run: answer with what there is
+        sys.stdout.write(line() + "\n")
+        sys.stdout.flush()
+        os._exit(OK if best else NO_SOLUTION)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, leave)
+    result = solve_auto(problem, time_limit=budget, progress=_stderr, incumbent=best.append) if budget > 0 else None
     if result is not None:
         took = time.perf_counter() - start
         _stderr(f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s")
-    found = result is not None and result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE)
-    print("[" + ", ".join(map(str, result.assignment)) + "]" if found else "[]", flush=True)  # type: ignore[union-attr, arg-type]
-    return _LeaveAtOnce(OK if found else NO_SOLUTION)
+        if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
+            best.append(result.assignment)
+    print(line(), flush=True)
+    return _LeaveAtOnce(OK if best else NO_SOLUTION)
 
 
 class _LeaveAtOnce(int):

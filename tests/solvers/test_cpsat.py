@@ -178,7 +178,8 @@ def test_cpsat_float_bound_never_exceeds_the_optimum(problem, factor):
 
 
 def test_auto_uses_an_exact_formulation_when_the_limit_binds():
-    """Beyond brute's range, 'auto' answers a binding usage limit with HiGHS, exactly."""
+    """Beyond brute's range, 'auto' answers a binding usage limit with toulbar2 (HiGHS where the
+    usages are fractional), exactly."""
     import numpy as np
 
     rng = np.random.default_rng(3)
@@ -194,8 +195,12 @@ def test_auto_uses_an_exact_formulation_when_the_limit_binds():
         usage_limit=15,
     )
     r = solve(p)
-    assert r.solver == "mip-highs" and r.status is Status.OPTIMAL
+    assert r.solver == "wcsp" and r.status is Status.OPTIMAL
     assert r.objective == solve(p, "brute").objective
+    fractional = p.replace(usages=[[1.5, 1, 0.5, 0]] * n, usage_limit=7)
+    r = solve(fractional)
+    assert r.solver == "mip-highs" and r.status is Status.OPTIMAL
+    assert r.objective == solve(fractional, "brute").objective
 
 
 def test_unknown_status_falls_back_to_the_hint(monkeypatch):

@@ -31,7 +31,7 @@ __all__ = ["REL_TOL", "Comparison", "compare", "default_solvers"]
 REL_TOL = 1e-6
 
 #: Solvers :func:`default_solvers` picks from, in this order.
-_DEFAULTS = ("dp", "mip-highs", "mip-cbc", "cpsat", "greedy")
+_DEFAULTS = ("dp", "mip-highs", "mip-cbc", "cpsat", "wcsp", "greedy")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ changes (:class:`DeltaSimulator`, Algorithm 2), search strategies (:func:`mcmc`)
 from stratopt.sim.engine import DeltaSimulator, Timeline, check_timeline, simulate_tasks
 from stratopt.sim.search import SearchResult, data_parallel, mcmc, start_strategy
 from stratopt.sim.taskgraph import KINDS, StrategyTasks, TaskGraph, placement_tasks
-from stratopt.sim.trace import Event, events, gantt, simulate_strategy, summary, write_chrome_trace
+from stratopt.sim.trace import Event, events, gantt, simulate_strategy, summary, write_chrome_trace, write_timeline
 
 __all__ = [
     "KINDS",
@@ -30,4 +30,5 @@ __all__ = [
     "start_strategy",
     "summary",
     "write_chrome_trace",
+    "write_timeline",
 ]

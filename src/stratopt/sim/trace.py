@@ -11,7 +11,7 @@ from typing import Any
 from stratopt.errors import CrossCheckError, ModelError
 from stratopt.sim.engine import Timeline
 
-__all__ = ["Event", "events", "gantt", "simulate_strategy", "summary", "write_chrome_trace"]
+__all__ = ["Event", "events", "gantt", "simulate_strategy", "summary", "write_chrome_trace", "write_timeline"]
 
 #: Colours of the Gantt chart by task kind.
 _COLOURS = {
@@ -181,3 +181,22 @@ def simulate_strategy(costing: Any, assignment: Sequence[int]) -> tuple[Timeline
         raise CrossCheckError(f"simulated timeline fails its check: {problems[0]}")
     info = summary(timeline, top=5)
     return timeline, {**info, "additive_cost": evaluate(costing.problem, assignment).objective, "wall_time": took}
+
+
+def write_timeline(
+    rows: Sequence[Event],
+    *,
+    trace_file: str | None = None,
+    gantt_file: str | None = None,
+    title: str = "",
+    units: str = "us",
+) -> list[str]:
+    """Write a Chrome trace and/or a Gantt chart of ``rows``; one line per file written, to show."""
+    notes = []
+    if trace_file is not None:
+        write_chrome_trace(rows, trace_file, units=units)
+        notes.append(f"wrote {trace_file} ({len(rows)} events; open in Perfetto or chrome://tracing)")
+    if gantt_file is not None:
+        gantt(rows, gantt_file, title=title, units=units)
+        notes.append(f"wrote {gantt_file}")
+    return notes

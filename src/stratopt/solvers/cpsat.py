@@ -11,12 +11,9 @@ import numpy as np
 from stratopt.problem import StrategyProblem
 from stratopt.solvers.base import Limit, Status
 from stratopt.solvers.driver import Driven, Limits, Raw
-from stratopt.solvers.formulation import Formulation, Key, build
+from stratopt.solvers.formulation import Formulation, Key, build, integer_scale
 
 __all__ = ["CpSat", "CpSatEncoding", "map_status"]
-
-#: Largest objective coefficient after scaling float costs.
-_MAX_COEFFICIENT = 1e9
 
 
 def map_status(name: str) -> tuple[Status, Limit | None]:
@@ -74,7 +71,7 @@ class CpSat(Driven):
         form = build(problem)
         if form.infeasible:
             return CpSatEncoding(problem, form, 1.0, 0.0, dict(form.stats))
-        scale, error = _scale(problem, form)
+        scale, error = integer_scale(problem, form)
         stats = dict(
             form.stats, x_vars=form.num_x, y_vars=form.num_y, rows=form.num_rows, scale=scale, rounding_error=error
         )
@@ -133,18 +130,3 @@ class CpSat(Driven):
             else:
                 raw.bound = None  # solve() sets it to the recomputed objective
         return raw
-
-
-def _scale(problem: StrategyProblem, form: Formulation) -> tuple[float, float]:
-    """(scale, worst total rounding error in the problem's units).
-
-    The error is exact: each vertex contributes the largest rounding error among its choices, each
-    edge the largest among its allowed pairs (one of each is in every assignment's total).
-    """
-    if problem.is_integral:
-        return 1.0, 0.0
-    terms = [c for c in form.costs if len(c)] + [c for *_, c in form.edges if len(c)]
-    peak = max([float(np.abs(c).max()) for c in terms] + [1.0])
-    scale = 2.0 ** math.floor(math.log2(_MAX_COEFFICIENT / peak))
-    error = sum(float(np.abs(c * scale - np.round(c * scale)).max()) for c in terms)
-    return scale, error / scale

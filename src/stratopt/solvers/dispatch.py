@@ -19,9 +19,10 @@ __all__ = ["mip_fits", "solve", "solve_auto"]
 
 
 #: ``"auto"`` gives the exact formulations problems up to these sizes (vertices, edge-matrix
-#: entries). Measured on IOPDDL (2 cores): HiGHS proves B (236k entries) and G (213k) optimal in
-#: about 7 s each and takes V (1.6M entries, 800k variables, 4.2 GB peak) to 1.08x the best
-#: submitted cost in 300 s; CP-SAT needs 34-99 s for B and G and ends V at 4.43x.
+#: entries). Measured on IOPDDL (2 cores): toulbar2 (``wcsp``) proves B (236k entries) and G (213k)
+#: optimal in 1.9 and 3.2 s and takes V (1.6M entries) to 1618308 in 300 s, 0.08% above its
+#: proven optimum; HiGHS needs about 7 s for B and G and ends V at 1757478 (+8.7%); CP-SAT needs
+#: 34-99 s for B and G and ends V at 4.43x.
 AUTO_MIP_VERTICES = 5_000
 AUTO_MIP_EDGE_ENTRIES = 2_000_000
 
@@ -37,18 +38,20 @@ def solve_auto(
     time_limit: float | None = None,
     seed: int | None = None,
     progress: Callable[[str], None] | None = None,
+    incumbent: Callable[[tuple[int, ...]], None] | None = None,
 ) -> Result:
     """What ``solve(problem, "auto")`` does: the best exact answer that applies, else a heuristic.
 
     1. ``dp``, with half the time limit: exact; its answer stands when optimal or infeasible (or
        feasible with ``Limit.PRECISION``, sums no solver here holds exactly).
     2. If the DP refuses, runs out of its time or its optimum breaks the usage limit: ``brute`` (exact under the limit)
-       for at most :data:`~stratopt.solvers.brute.SMALL_SPACE` assignments; else, where :func:`mip_fits`, ``mip-highs``
-       (exact under the limit, greedy's warm start; ``cpsat`` if HiGHS is not installed); else
-       ``greedy``.
+       for at most :data:`~stratopt.solvers.brute.SMALL_SPACE` assignments; else, where :func:`mip_fits`, ``wcsp``
+       (toulbar2, exact under the limit, greedy's cost as its first upper bound; ``mip-highs``
+       where usages are fractional or toulbar2 is missing, then ``cpsat``); else ``greedy``.
     A FEASIBLE answer carries the DP's optimum as its lower bound when that is the better bound.
     ``stats["auto"]`` says why the answer came from a later step. ``progress`` receives greedy's
-    progress lines.
+    progress lines; ``incumbent`` each feasible assignment greedy holds as it improves (so a caller
+    stopped early still has an answer).
     """
     start = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -73,11 +76,15 @@ def solve_auto(
 
     if problem.search_space_size <= SMALL_SPACE:
         result = solve(problem, "brute", time_limit=left(), seed=seed)
-    elif mip_fits(problem) and (exact_name := _first_available("mip-highs", "cpsat")):
-        say(f"{exact_name}: solving the one-hot model (greedy gives the start)")
-        result = solve(problem, exact_name, time_limit=left(), seed=seed)
+    elif mip_fits(problem) and (exact_name := _first_available("wcsp", "mip-highs", "cpsat")):
+        say(f"{exact_name}: solving the presolved model (greedy gives the start)")
+        try:
+            result = solve(problem, exact_name, time_limit=left(), seed=seed)
+        except UnsupportedProblemError as exc:  # wcsp: fractional usages
+            say(f"{exc}; mip-highs instead")
+            result = solve(problem, _first_available("mip-highs", "cpsat") or "greedy", time_limit=left(), seed=seed)
     else:
-        result = solve(problem, "greedy", time_limit=left(), seed=seed, progress=progress)
+        result = solve(problem, "greedy", time_limit=left(), seed=seed, progress=progress, incumbent=incumbent)
     stats = {**result.stats, "auto": note}
     changes: dict[str, Any] = {"stats": stats, "wall_time": time.perf_counter() - start}
     if bound is not None and result.status is Status.FEASIBLE:

@@ -16,6 +16,7 @@ memory) are dropped; an edge that forbids nothing and whose cost splits as ``f(a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from stratopt.problem import FORBIDDEN, StrategyProblem, float_costs
 
-__all__ = ["Formulation", "Key", "build"]
+__all__ = ["Formulation", "Key", "build", "integer_scale"]
 
 #: A variable of the model: ``(v, c)`` for ``x[v, c]``; ``(e, a, b)`` for the pair variable of
 #: ``edges[e]`` with choices ``a`` and ``b`` at its two ends.
@@ -340,3 +341,24 @@ def _maximal_cliques(intervals: np.ndarray) -> list[np.ndarray]:
     for slot in np.flatnonzero(starts_here & ends_next).tolist():
         cliques.append(idx[(start <= slot) & (end > slot)])
     return cliques
+
+
+#: Largest cost after :func:`integer_scale`.
+_MAX_COEFFICIENT = 1e9
+
+
+def integer_scale(problem: StrategyProblem, form: Formulation) -> tuple[float, float]:
+    """(scale, worst total rounding error in the problem's units) for back-ends that need
+    integer costs (CP-SAT, toulbar2): 1 for integer costs; else the power of two that brings the
+    largest cost to about 1e9, so dyadic costs such as 0.25 stay exact.
+
+    The error is exact: each vertex contributes the largest rounding error among its choices, each
+    edge the largest among its allowed pairs (one of each is in every assignment's total).
+    """
+    if problem.is_integral:
+        return 1.0, 0.0
+    terms = [c for c in form.costs if len(c)] + [c for *_, c in form.edges if len(c)]
+    peak = max([float(np.abs(c).max()) for c in terms] + [1.0])
+    scale = 2.0 ** math.floor(math.log2(_MAX_COEFFICIENT / peak))
+    error = sum(float(np.abs(c * scale - np.round(c * scale)).max()) for c in terms)
+    return scale, error / scale

@@ -58,6 +58,7 @@ class Greedy:
         max_rounds: int = 60,
         growth: float = 3.0,
         progress: Callable[[str], None] | None = None,
+        incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> Result:
         t0 = time.perf_counter()
         deadline = None if time_limit is None else t0 + time_limit
@@ -138,11 +139,13 @@ class Greedy:
                 return Result(self.name, Status.NO_SOLUTION, limit=why, stats=stats)
         a = improve(a, guard=True)
         cost = engine.total_cost(a)
+        if incumbent is not None and cost < FORBIDDEN:
+            incumbent(tuple(a.tolist()))  # before it is reported, so a listener can rely on it
         say(f"descent done: cost {cost:.6g}")
         if deadline is not None and cost < FORBIDDEN:
             # Prices one or two rounds below the last steer windows best (measured on B and G).
             penalty = engine.vertex_penalty(price / growth**2) if engine.has_limit else None
-            a, cost = self._windows(engine, a, cost, rng, out_of_time, say, stats, penalty)
+            a, cost = self._windows(engine, a, cost, rng, out_of_time, say, stats, penalty, incumbent)
         if cost >= FORBIDDEN:
             return Result(self.name, Status.NO_SOLUTION, limit=Limit.HEURISTIC, stats=stats)
         why = Limit.TIME if out_of_time() else Limit.HEURISTIC
@@ -158,8 +161,10 @@ class Greedy:
         say: Callable[[str], None],
         stats: dict[str, Any],
         penalty: np.ndarray | None,
+        incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> tuple[np.ndarray, float]:
-        """Step 4, only with a time limit: exact DP window moves until the time is up."""
+        """Step 4, only with a time limit: exact DP window moves until the time is up; the best
+        assignment goes to ``incumbent`` at every progress report (every 5 s)."""
         limit = engine.problem.usage_limit
 
         def fits(candidate: np.ndarray) -> bool:
@@ -171,6 +176,8 @@ class Greedy:
         while not out_of_time():
             a, cost = search.step(a, cost, fits, penalty)
             if time.perf_counter() > next_report:
+                if incumbent is not None:
+                    incumbent(tuple(a.tolist()))
                 say(f"windows: {search.tried} tried, {search.improved} improved, size {search.size}, cost {cost:.6g}")
                 next_report += 5.0
         stats["windows"] = {"tried": search.tried, "improved": search.improved, "refused": search.refused}

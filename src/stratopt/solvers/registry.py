@@ -68,6 +68,13 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         hinted=True,
     ),
     SolverInfo(
+        "wcsp",
+        "stratopt.solvers.wcsp",
+        "Wcsp",
+        requires=("pytoulbar2",),
+        hinted=True,
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",

@@ -1,0 +1,122 @@
+"""The weighted-CSP encoding (toulbar2): counts, exactness against brute force, honest statuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stratopt import Limit, Status, StrategyProblem, load_problem, solve
+
+from ..conftest import BIG, problems
+
+pytest.importorskip("pytoulbar2")
+
+
+def test_encoding_counts_on_the_example():
+    """The example: the presolve leaves three free vertices and one edge; one knapsack row."""
+    from stratopt.solvers.wcsp import Wcsp
+
+    enc = Wcsp().build(load_problem("example"))
+    assert enc.stats["variables"] == 3 and len(enc.binary) == 1 and len(enc.knapsacks) == 1
+    assert enc.top > sum(max(c) for c in enc.unary.values())
+    ((terms, room),) = enc.knapsacks
+    ((members, left),) = enc.formulation.usage_rows
+    # The limit 50 less what the vertices the presolve fixed use there; one term per nonzero usage.
+    assert room == left == 40 and {v for v, *_ in terms} == set(members.tolist())
+    assert all(use > 0 for *_, use in terms)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(max_vertices=5))
+def test_wcsp_equals_brute(problem):
+    """toulbar2, with and without usage limits and forbidden entries, reaches brute force's optimum
+    (OPTIMAL, bound = objective) or proves infeasibility, with and without greedy's hint."""
+    exact = solve(problem, "brute")
+    for hint in (True, False):
+        r = solve(problem, "wcsp", hint=hint)
+        assert r.status is exact.status, (hint, r.stats)
+        if exact.status is Status.OPTIMAL:
+            assert r.objective == exact.objective == r.bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(max_vertices=4), st.floats(0.001, 1000.0))
+def test_wcsp_float_costs_bound_below_the_optimum(problem, factor):
+    """Float costs: the bound never exceeds brute force's optimum; OPTIMAL only when nothing was
+    rounded, else FEASIBLE with Limit.PRECISION."""
+    scaled = StrategyProblem(
+        [
+            np.where(problem.node_cost(v) >= BIG, BIG, problem.node_cost(v) * factor)
+            for v in range(problem.num_vertices)
+        ],
+        problem.edges.tolist(),
+        [np.where(problem.edge_cost(e) >= BIG, BIG, problem.edge_cost(e) * factor) for e in range(problem.num_edges)],
+        **(
+            {
+                "intervals": problem.intervals,
+                "usages": [problem.usage(v) for v in range(problem.num_vertices)],
+                "usage_limit": problem.usage_limit,
+            }
+            if problem.usage_limit is not None
+            else {}
+        ),
+    )
+    exact = solve(scaled, "brute")
+    r = solve(scaled, "wcsp")
+    if exact.status is not Status.OPTIMAL:
+        assert r.status is exact.status
+        return
+    error = r.stats["rounding_error"]
+    assert r.status is (Status.OPTIMAL if error == 0 else Status.FEASIBLE)
+    assert r.bound <= exact.objective + 1e-9 * max(1.0, abs(exact.objective))
+    assert r.objective <= exact.objective + 2 * error + 1e-9 * max(1.0, abs(exact.objective))
+
+
+def test_time_limited_run_is_anytime():
+    """A run stopped by its limit keeps what it found (or greedy's hint) with toulbar2's bound."""
+    rng = np.random.default_rng(0)
+    n = 60
+    edges = [(u, v) for u in range(n) for v in range(u + 1, n) if rng.random() < 0.3]
+    p = StrategyProblem(rng.integers(0, 100, (n, 6)).tolist(), edges, [rng.integers(0, 100, (6, 6)) for _ in edges])
+    r = solve(p, "wcsp", time_limit=1)
+    assert r.status in (Status.OPTIMAL, Status.FEASIBLE)
+    if r.status is Status.FEASIBLE:
+        assert r.limit is Limit.TIME and r.bound <= r.objective
+
+
+def test_non_integer_usages_are_refused():
+    """Knapsack rows need integer usages: fractional ones are a clear refusal, not a wrong answer."""
+    from stratopt import UnsupportedProblemError
+
+    p = StrategyProblem(
+        [[1, 2], [1, 2]],
+        [(0, 1)],
+        [[[0, 1], [1, 0]]],
+        intervals=[[0, 2], [1, 3]],
+        usages=[[1.5, 1], [1, 1]],
+        usage_limit=2,
+    )
+    with pytest.raises(UnsupportedProblemError, match="integer usages"):
+        solve(p, "wcsp")
+
+
+def test_a_hint_with_a_dominated_choice():
+    """Vertex 2's choice 0 is dropped by the presolve (choice 2 dominates it); a hint that uses it
+    still bounds the search correctly (it used to fail looking the choice up)."""
+    p = load_problem("example")
+    r = solve(p, "wcsp", hint=[0, 0, 0, 1, 0])
+    assert r.stats["hint_objective"] == 475
+    assert r.status is Status.OPTIMAL and r.objective == 445
+
+
+def test_too_many_usage_terms_are_refused_at_once(monkeypatch):
+    """Usage rows too large for toulbar2's knapsack constraints are refused before anything is
+    built, naming the count (IOPDDL S and P have over 300 million terms)."""
+    from stratopt import UnsupportedProblemError
+    from stratopt.solvers import wcsp
+
+    monkeypatch.setattr(wcsp, "MAX_KNAPSACK_TERMS", 2)
+    with pytest.raises(UnsupportedProblemError, match="the usage rows have 4 terms in all"):
+        solve(load_problem("example"), "wcsp")
