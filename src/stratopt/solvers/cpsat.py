@@ -10,7 +10,7 @@ import numpy as np
 
 from stratopt.problem import StrategyProblem
 from stratopt.solvers.base import Limit, Status
-from stratopt.solvers.driver import Driven, Limits, Raw
+from stratopt.solvers.driver import Driven, Limits, Raw, decode_scaled
 from stratopt.solvers.formulation import Formulation, Key, build, integer_scale
 
 __all__ = ["CpSat", "CpSatEncoding", "map_status"]
@@ -117,16 +117,4 @@ class CpSat(Driven):
         return Raw(status, limit, picked, bound=bound, stats={"cpsat_status": solver.status_name(code)})
 
     def decode(self, encoding: CpSatEncoding, raw: Raw) -> Raw:
-        problem, form = encoding.problem, encoding.formulation
-        if raw.bound is not None:
-            value = raw.bound / encoding.scale + form.constant - encoding.rounding_error
-            raw.bound = math.ceil(value - 1e-9) if problem.is_integral else value
-        if raw.picked is not None:
-            raw.assignment = tuple(form.assignment(raw.picked))
-        if raw.status is Status.OPTIMAL:
-            if encoding.rounding_error > 0:
-                # Optimal for the rounded costs only: the true optimum may be lower by the error.
-                raw.status, raw.limit = Status.FEASIBLE, Limit.PRECISION
-            else:
-                raw.bound = None  # solve() sets it to the recomputed objective
-        return raw
+        return decode_scaled(encoding.problem, encoding.formulation, raw, encoding.scale, encoding.rounding_error)

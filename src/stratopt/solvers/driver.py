@@ -20,6 +20,7 @@ solver's answer. Adding a back-end is one module with the three methods.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -31,8 +32,9 @@ import numpy as np
 from stratopt.errors import ModelError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Solver, Status
+from stratopt.solvers.formulation import Formulation
 
-__all__ = ["Backend", "Driven", "HintProvider", "Limits", "Raw", "check", "drive", "pick_hint"]
+__all__ = ["Backend", "Driven", "HintProvider", "Limits", "Raw", "check", "decode_scaled", "drive", "pick_hint"]
 
 #: A function that proposes a full assignment for a problem (or None when it finds none).
 HintProvider = Callable[[StrategyProblem], "Sequence[int] | np.ndarray | None"]
@@ -225,3 +227,20 @@ def check(problem: StrategyProblem, impl: Solver, result: Result, wall: float) -
         stats["error"] = error
         return dataclasses.replace(result, status=Status.ERROR, limit=None, bound=None, **changes)
     return dataclasses.replace(result, bound=bound, **changes)
+
+
+def decode_scaled(problem: StrategyProblem, form: Formulation, raw: Raw, scale: float, rounding_error: float) -> Raw:
+    """``decode`` for back-ends on integer-scaled costs (CP-SAT, toulbar2): the bound back in the
+    problem's units and lowered by the rounding error, the full assignment, and OPTIMAL only when
+    nothing was rounded (else FEASIBLE with ``Limit.PRECISION``: optimal for the rounded costs only)."""
+    if raw.bound is not None:
+        value = raw.bound / scale + form.constant - rounding_error
+        raw.bound = math.ceil(value - 1e-9) if problem.is_integral else value
+    if raw.picked is not None:
+        raw.assignment = tuple(form.assignment(raw.picked))
+    if raw.status is Status.OPTIMAL:
+        if rounding_error > 0:
+            raw.status, raw.limit = Status.FEASIBLE, Limit.PRECISION
+        else:
+            raw.bound = None  # solve() sets it to the recomputed objective
+    return raw

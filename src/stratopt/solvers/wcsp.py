@@ -24,7 +24,7 @@ import numpy as np
 from stratopt.errors import UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Status
-from stratopt.solvers.driver import Driven, Limits, Raw
+from stratopt.solvers.driver import Driven, Limits, Raw, decode_scaled
 from stratopt.solvers.formulation import Formulation, build, integer_scale
 
 __all__ = ["MAX_KNAPSACK_TERMS", "Wcsp", "WcspEncoding"]
@@ -186,15 +186,4 @@ class Wcsp(Driven):
         return math.floor(scaled + 1e-9 * max(1.0, abs(scaled))) + 1
 
     def decode(self, encoding: WcspEncoding, raw: Raw) -> Raw:
-        problem, form = encoding.problem, encoding.formulation
-        if raw.bound is not None:
-            value = raw.bound / encoding.scale + form.constant - encoding.rounding_error
-            raw.bound = math.ceil(value - 1e-9) if problem.is_integral else value
-        if raw.picked is not None:
-            raw.assignment = tuple(form.assignment(raw.picked))
-        if raw.status is Status.OPTIMAL:
-            if encoding.rounding_error > 0:
-                raw.status, raw.limit = Status.FEASIBLE, Limit.PRECISION
-            else:
-                raw.bound = None  # solve() sets it to the recomputed objective
-        return raw
+        return decode_scaled(encoding.problem, encoding.formulation, raw, encoding.scale, encoding.rounding_error)
