@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -77,3 +78,12 @@ def reference_evaluate(problem: StrategyProblem, a) -> tuple[int, bool]:
 
 def all_assignments(problem: StrategyProblem):
     return itertools.product(*(range(k) for k in problem.num_choices.tolist()))
+
+
+def costs_times(problem: StrategyProblem, factor: float) -> StrategyProblem:
+    """``problem`` with every allowed cost multiplied by ``factor`` (forbidden entries kept)."""
+    node = [
+        np.where(problem.node_cost(v) >= BIG, BIG, problem.node_cost(v) * factor) for v in range(problem.num_vertices)
+    ]
+    edge = [np.where(problem.edge_cost(e) >= BIG, BIG, problem.edge_cost(e) * factor) for e in range(problem.num_edges)]
+    return problem.replace(node_costs=node, edge_costs=edge)

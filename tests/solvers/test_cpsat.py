@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from stratopt import Limit, Status, StrategyProblem, load_problem, solve
 from stratopt.solvers.formulation import _maximal_cliques, build
 
-from ..conftest import BIG, problems
+from ..conftest import BIG, costs_times, problems
 
 cp_model = pytest.importorskip("ortools.sat.python.cp_model")
 
@@ -94,7 +94,6 @@ def test_presolve_keeps_an_optimum(problem):
 
 def test_maximal_cliques_of_intervals():
     """Only live sets contained in no other one give usage rows."""
-    import numpy as np
 
     iv = np.array([[0, 4], [1, 2], [3, 6], [5, 7], [2, 2]])
     assert sorted(map(sorted, _maximal_cliques(iv))) == [[0, 1], [0, 2], [2, 3]]
@@ -149,23 +148,7 @@ def test_dyadic_float_costs_scale_exactly():
 def test_cpsat_float_bound_never_exceeds_the_optimum(problem, factor):
     """Random problems with every cost multiplied by a float: CP-SAT's bound is at most brute
     force's optimum, its answer within twice the rounding error of it, OPTIMAL only when exact."""
-    scaled = StrategyProblem(
-        [
-            np.where(problem.node_cost(v) >= BIG, BIG, problem.node_cost(v) * factor)
-            for v in range(problem.num_vertices)
-        ],
-        problem.edges.tolist(),
-        [np.where(problem.edge_cost(e) >= BIG, BIG, problem.edge_cost(e) * factor) for e in range(problem.num_edges)],
-        **(
-            {
-                "intervals": problem.intervals,
-                "usages": [problem.usage(v) for v in range(problem.num_vertices)],
-                "usage_limit": problem.usage_limit,
-            }
-            if problem.usage_limit is not None
-            else {}
-        ),
-    )
+    scaled = costs_times(problem, factor)
     exact = solve(scaled, "brute")
     r = solve(scaled, "cpsat", time_limit=60)
     if exact.status is not Status.OPTIMAL:
@@ -180,7 +163,6 @@ def test_cpsat_float_bound_never_exceeds_the_optimum(problem, factor):
 def test_auto_uses_an_exact_formulation_when_the_limit_binds():
     """Beyond brute's range, 'auto' answers a binding usage limit with toulbar2 (HiGHS where the
     usages are fractional), exactly."""
-    import numpy as np
 
     rng = np.random.default_rng(3)
     n = 10  # 4**10 assignments: past 'auto's brute range, within brute's own

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stratopt import Limit, Status, StrategyProblem, load_problem, solve
 
-from ..conftest import BIG, problems
+from ..conftest import costs_times, problems
 
 pytest.importorskip("pytoulbar2")
 
@@ -46,23 +46,7 @@ def test_wcsp_equals_brute(problem):
 def test_wcsp_float_costs_bound_below_the_optimum(problem, factor):
     """Float costs: the bound never exceeds brute force's optimum; OPTIMAL only when nothing was
     rounded, else FEASIBLE with Limit.PRECISION."""
-    scaled = StrategyProblem(
-        [
-            np.where(problem.node_cost(v) >= BIG, BIG, problem.node_cost(v) * factor)
-            for v in range(problem.num_vertices)
-        ],
-        problem.edges.tolist(),
-        [np.where(problem.edge_cost(e) >= BIG, BIG, problem.edge_cost(e) * factor) for e in range(problem.num_edges)],
-        **(
-            {
-                "intervals": problem.intervals,
-                "usages": [problem.usage(v) for v in range(problem.num_vertices)],
-                "usage_limit": problem.usage_limit,
-            }
-            if problem.usage_limit is not None
-            else {}
-        ),
-    )
+    scaled = costs_times(problem, factor)
     exact = solve(scaled, "brute")
     r = solve(scaled, "wcsp")
     if exact.status is not Status.OPTIMAL:
