@@ -11,9 +11,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import CrossCheckError, ModelError, SolverError
-from stratopt.placement.instance import (
-    PlacementInstance,
-)
+from stratopt.placement.instance import PlacementInstance
 from stratopt.placement.list_scheduling import etf, heft, memory_use, tf_greedy
 from stratopt.placement.schedule import Schedule, check_schedule, jct, simulate
 from stratopt.placement.submodular import submodular_greedy

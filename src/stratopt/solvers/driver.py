@@ -6,7 +6,7 @@ apply / solve_via_data / invert:
 - ``build(problem) -> encoding``: the presolved, back-end-neutral model (inspectable: its tests
   count variables and rows); imports no back-end.
 - ``run(encoding, limits) -> Raw``: hands the encoding to the back-end and reads its verdict; the
-  only place that imports OR-Tools or PuLP.
+  only place that imports OR-Tools, PuLP or toulbar2.
 - ``decode(encoding, raw) -> Raw``: back in the problem's terms (a full assignment, the bound in
   the problem's units, the status the proof supports).
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +80,6 @@ class Wcsp(Driven):
     """
 
     name = "wcsp"
-    OPTIONS: ClassVar[dict[str, Any]] = {}
 
     def build(self, problem: StrategyProblem) -> WcspEncoding:
         form = build(problem)
