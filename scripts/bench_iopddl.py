@@ -1,13 +1,15 @@
 """Run `stratopt iopddl` on every IOPDDL contest instance with its contest time limit.
 
 Prints a Markdown table: instance, cost, ratio to the best submitted cost, the proven lower
-bound and status the command reports on stderr (its last line), the solver that answered,
-seconds (wall time of the whole command, file reading included), its peak resident memory,
-and whether `stratopt evaluate` confirms the answer feasible. The machine is recorded above the
-table. This script never loads a problem itself: a child's peak memory as the kernel reports
-it starts from its parent's at exec, so the parent stays small.
+bound and status the command reports on stderr (its last line), the gap from the bound, the
+solver that answered, seconds (wall time of the whole command, file reading included), the time
+at which its incumbent first came within 1% of the final cost, its peak resident memory, and
+whether `stratopt evaluate` confirms the answer feasible. The machine is recorded above the
+table. With --plot FILE.png, the incumbents' cost over time (ratio to the best submitted) for
+every instance that reported incumbents. This script never loads a problem itself: a child's
+peak memory as the kernel reports it starts from its parent's at exec, so the parent stays small.
 
-    python scripts/bench_iopddl.py [--dir ../shared/iopddl] [--only B,G] [--scale 1.0]
+    python scripts/bench_iopddl.py [--dir ../shared/iopddl] [--only B,G] [--scale 1.0] [--plot F.png]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ CONTEST = {
 
 
 def run_one(path: Path, limit: float) -> tuple[list[int], float, float, str]:
-    """(assignment, seconds, peak RSS in MiB, stderr tail) of one `stratopt iopddl` run."""
+    """(assignment, seconds, peak RSS in MiB, stderr) of one `stratopt iopddl` run."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(
@@ -48,7 +50,7 @@ def run_one(path: Path, limit: float) -> tuple[list[int], float, float, str]:
         err.seek(0)
         lines = out.read().strip().splitlines()
         answer = json.loads(lines[-1]) if lines else []
-        return answer, seconds, usage.ru_maxrss / 1024, err.read()[-300:]
+        return answer, seconds, usage.ru_maxrss / 1024, err.read()
 
 
 def main() -> None:
@@ -56,23 +58,30 @@ def main() -> None:
     parser.add_argument("--dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "iopddl"))
     parser.add_argument("--only", default=",".join(CONTEST), help="comma-separated instance letters")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every time limit by this")
+    parser.add_argument("--plot", help="write the incumbents' cost over time to this PNG")
     args = parser.parse_args()
+    curves: dict[str, list[tuple[float, float]]] = {}
 
     print(
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M')}\n")
     print(
-        "| instance | limit s | cost | best submitted | ratio | bound | status | solver | seconds | peak MiB | feasible |"
+        "| instance | limit s | cost | best submitted | ratio | bound | gap | status | solver | seconds "
+        "| within 1% at s | peak MiB | feasible |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
         limit, best = CONTEST[name]
         path = Path(args.dir) / f"asplos-2025-iopddl-{name}.json.gz"
         if not path.exists():
-            print(f"| {name} | {limit} | missing: {path} | | | | | | | | |")
+            print(f"| {name} | {limit} | missing: {path} | | | | | | | | | | |")
             continue
-        answer, seconds, peak, tail = run_one(path, limit * args.scale)
+        answer, seconds, peak, err = run_one(path, limit * args.scale)
+        tail = err[-300:]
+        incumbents = [(float(t), float(c)) for t, c in re.findall(r"incumbent at ([\d.]+) s: cost (\S+)", err)]
+        if incumbents:
+            curves[name] = [(t, c / best) for t, c in incumbents]
         if answer:
             ev = check(path, answer)
             ratio = f"{ev['objective'] / best:.3f}"
@@ -81,11 +90,34 @@ def main() -> None:
         else:
             cost, ratio, ok = "[]", "-", "no answer: " + " ".join(tail.split())[-120:]
         solver, status, bound = summary(tail)
+        gap = f"{(cost - float(bound)) / cost:.1%}" if answer and bound not in ("-", "?") else "-"
+        final = incumbents[-1][1] if incumbents else None
+        within = next((f"{t:.1f}" for t, c in incumbents if final is not None and c <= 1.01 * final), "-")
         print(
-            f"| {name} | {limit * args.scale:g} | {cost} | {best} | {ratio} | {bound} | {status} | {solver} "
-            f"| {seconds:.1f} | {peak:.0f} | {ok} |",
+            f"| {name} | {limit * args.scale:g} | {cost} | {best} | {ratio} | {bound} | {gap} | {status} | {solver} "
+            f"| {seconds:.1f} | {within} | {peak:.0f} | {ok} |",
             flush=True,
         )
+    if args.plot and curves:
+        plot(curves, args.plot)
+
+
+def plot(curves: dict[str, list[tuple[float, float]]], out: str) -> None:
+    """Each instance's incumbent cost (ratio to the best submitted) against seconds, as steps."""
+    from stratopt.plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, points in curves.items():
+        times, ratios = zip(*points, strict=True)
+        ax.step(times, ratios, where="post", marker="o", label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("seconds since the command started")
+    ax.set_ylabel("cost / best submitted")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"\nwrote {out}")
 
 
 def summary(stderr_tail: str) -> tuple[str, str, str]:

@@ -89,7 +89,7 @@ def _solve_cmd(args: argparse.Namespace) -> int:
         result = solve_auto(problem, time_limit=args.time_limit, seed=args.seed, progress=_stderr)
         _stderr(f"solver: {result.solver} (picked by 'auto')")
     else:
-        extra = {"progress": _stderr} if args.solver == "greedy" else {}
+        extra = {"progress": _stderr} if args.solver in ("greedy", "lagrange") else {}
         result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **extra)
     explain = costing.explain(result.assignment) if costing and args.explain and result.assignment else None
     if args.json:
@@ -341,9 +341,14 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(OK if best else NO_SOLUTION)
 
+    def keep(assignment: tuple[int, ...]) -> None:
+        best.append(assignment)
+        cost = evaluate(problem, assignment).objective
+        _stderr(f"incumbent at {time.perf_counter() - start:.1f} s: cost {cost}")
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, leave)
-    result = solve_auto(problem, time_limit=budget, progress=_stderr, incumbent=best.append) if budget > 0 else None
+    result = solve_auto(problem, time_limit=budget, progress=_stderr, incumbent=keep) if budget > 0 else None
     if result is not None:
         took = time.perf_counter() - start
         _stderr(f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s")

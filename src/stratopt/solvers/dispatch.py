@@ -84,7 +84,9 @@ def solve_auto(
             say(f"{exc}; mip-highs instead")
             result = solve(problem, _first_available("mip-highs", "cpsat") or "greedy", time_limit=left(), seed=seed)
     else:
-        result = solve(problem, "greedy", time_limit=left(), seed=seed, progress=progress, incumbent=incumbent)
+        heuristic = _first_available("lagrange") or "greedy"
+        say(f"{heuristic}: too large for the exact formulations")
+        result = solve(problem, heuristic, time_limit=left(), seed=seed, progress=progress, incumbent=incumbent)
     stats = {**result.stats, "auto": note}
     changes: dict[str, Any] = {"stats": stats, "wall_time": time.perf_counter() - start}
     if bound is not None and result.status is Status.FEASIBLE:

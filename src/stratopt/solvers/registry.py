@@ -75,6 +75,12 @@ _SOLVERS: tuple[SolverInfo, ...] = (
         hinted=True,
     ),
     SolverInfo(
+        "lagrange",
+        "stratopt.solvers.lagrange",
+        "Lagrange",
+        requires=("pytoulbar2",),
+    ),
+    SolverInfo(
         "greedy",
         "stratopt.solvers.greedy",
         "Greedy",

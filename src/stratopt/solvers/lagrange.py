@@ -1,0 +1,545 @@
+"""Memory as penalties: the usage limit relaxed into per-vertex weights, toulbar2 on each penalised
+problem, repair at the worst violation and polish under the limit.
+
+Without its usage rows the problem is a plain cost function network, which toulbar2 solves well
+even at IOPDDL's largest sizes. So the limit leaves the constraints and enters the node costs:
+choice ``c`` of vertex ``v`` pays ``w_v * (usage[v][c] - least usage of v)`` on top of its cost.
+Each weight vector is one toulbar2 run (in worker processes, one per core). After each run, every
+vertex whose live interval still breaks the limit somewhere learns that its weight was too low,
+every other vertex that its weight was high enough; the next weights lie between the highest
+weight that broke and the lowest that kept, per vertex (bisection in log space). Every answer is
+repaired if it breaks the limit (at the time of the worst violation, the move with the least cost
+increase per unit of usage freed) and polished by descent that keeps the limit.
+
+The lower bound is the Lagrangian dual: for slot prices ``lam_t >= 0``, any feasible assignment
+costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with vertex weights
+``w`` bounds that minimum from below for every ``lam`` whose interval sums cover ``w``
+(``sum_{t in I_v} lam_t >= w_v``), through toulbar2's dual bound on the penalised problem; the
+prices used put each vertex's weight on the slot of its interval with the least room below the
+limit, which costs least (``sum_t lam_t (limit - least load_t)`` is what the bound gives up).
+
+References
+----------
+The IOPDDL contest's winning entry ("Soft Constraints, Strong Solutions", ASPLOS 2025 IOPDDL):
+per-vertex usage penalties, several penalty scales in parallel, per-vertex narrowing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate, float_costs
+from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine
+
+__all__ = ["Lagrange", "PenaltyModel"]
+
+#: The largest total any toulbar2 run sees (allowed costs plus penalties), well inside toulbar2's
+#: 64-bit costs; costs are scaled by a power of two to reach it.
+_TOTAL = 2.0**50
+
+
+@dataclass
+class PenaltyModel:
+    """What every toulbar2 run needs, built once (workers inherit it when they fork).
+
+    ``node`` and ``edge`` are the problem's costs multiplied by ``scale`` (a power of two) and
+    shifted so that each function's least allowed entry is 0 (``shift`` is the sum of what was
+    taken off, in scaled units); forbidden entries are ``inf``. ``excess`` is each choice's usage
+    above its vertex's least usage, zero for vertices that are never live or whose intervals
+    cannot break the limit whatever they choose (``relevant`` is False for those).
+    """
+
+    n: int
+    k: np.ndarray
+    node_off: np.ndarray
+    node: np.ndarray
+    edges: np.ndarray
+    edge_off: np.ndarray
+    edge: np.ndarray
+    shift: float
+    scale: float
+    excess: np.ndarray
+    relevant: np.ndarray
+    least_usage: np.ndarray
+    #: Per slot, the limit less the least usage of the vertices live there; per vertex, the slot
+    #: of its interval with the least such room (the Lagrangian bound prices the vertex there).
+    room: np.ndarray
+    room_slot: np.ndarray
+    weight_cap: float
+
+    @classmethod
+    def build(cls, problem: StrategyProblem) -> PenaltyModel:
+        n = problem.num_vertices
+        k = problem.num_choices
+        off = problem.node_offsets
+        node = float_costs(problem.node_flat)
+        edge = float_costs(problem.edge_flat)
+        edges = problem.edges
+        eoff = problem.edge_offsets
+        node_min = _segment_min(node, off)
+        edge_min = _segment_min(edge, eoff)
+        # A vertex or edge whose entries are all forbidden has min inf: shift it by 0 (toulbar2
+        # proves nothing then, and the answer's evaluation says what is forbidden).
+        node_min = np.where(np.isfinite(node_min), node_min, 0.0)
+        edge_min = np.where(np.isfinite(edge_min), edge_min, 0.0)
+        node = node - np.repeat(node_min, k)
+        edge = edge - np.repeat(edge_min, np.diff(eoff))
+        worst = _finite_max_sum(node, off) + _finite_max_sum(edge, eoff)
+        scale = 2.0 ** math.floor(math.log2(_TOTAL / 8 / worst)) if worst > 0 else 1.0
+        excess = np.zeros(len(node))
+        relevant = np.zeros(n, dtype=bool)
+        least = np.zeros(n)
+        room = np.zeros(1)
+        room_slot = np.zeros(n, dtype=np.int64)
+        if problem.has_usage and problem.usage_limit is not None:
+            usage = problem.usage_flat.astype(np.float64)
+            least = _segment_min(usage, off)
+            most = _segment_max(usage, off)
+            _, start, end = problem.time_slots
+            live = end > start
+            slots = len(problem.time_slots[0])
+            limit = float(problem.usage_limit)
+            room = limit - _interval_sum(least * live, start, end, slots)
+            ceiling = _interval_sum(most * live, start, end, slots)
+            # Only vertices live where the most usage could break the limit are ever penalised.
+            peak = ceiling[_range_argmin(-ceiling, start, end)]
+            relevant = live & (most > least) & (peak > limit)
+            excess = (usage - np.repeat(least, k)) * np.repeat(relevant, k)
+            room_slot = _range_argmin(room, start, end)
+        biggest = float(_segment_max(excess, off).sum()) if n else 0.0
+        # Penalties stay below _TOTAL / 2 in all: weights above this cap change nothing toulbar2 can see.
+        cap = (_TOTAL / 2) / (scale * biggest) if biggest > 0 else 0.0
+        return cls(
+            n=n,
+            k=k,
+            node_off=off,
+            node=node * scale,
+            edges=edges,
+            edge_off=eoff,
+            edge=edge * scale,
+            shift=float((node_min.sum() + edge_min.sum()) * scale),
+            scale=scale,
+            excess=excess,
+            relevant=relevant,
+            least_usage=least,
+            room=room,
+            room_slot=room_slot,
+            weight_cap=cap,
+        )
+
+    def penalised(self, weights: np.ndarray) -> np.ndarray:
+        """Scaled node costs with the penalties of ``weights`` (cost per unit of usage)."""
+        return self.node + self.scale * np.repeat(weights, self.k) * self.excess
+
+    def dual_value(self, weights: np.ndarray, penalised_bound: float) -> float:
+        """A proven lower bound on the optimum under the limit, from a lower bound on the scaled,
+        shifted penalised problem: the Lagrangian value at slot prices that cover ``weights``
+        (each relevant vertex's weight at its tightest slot; at each slot the largest such weight)."""
+        lam = np.zeros(len(self.room))
+        np.maximum.at(lam, self.room_slot[self.relevant], weights[self.relevant])
+        return (penalised_bound + self.shift) / self.scale - float(lam @ self.room)
+
+
+def _segment_min(values: np.ndarray, off: np.ndarray) -> np.ndarray:
+    out = np.full(len(off) - 1, np.inf)
+    nonempty = np.diff(off) > 0
+    out[nonempty] = np.minimum.reduceat(values, off[:-1][nonempty])
+    return out
+
+
+def _segment_max(values: np.ndarray, off: np.ndarray) -> np.ndarray:
+    out = np.full(len(off) - 1, -np.inf)
+    nonempty = np.diff(off) > 0
+    out[nonempty] = np.maximum.reduceat(values, off[:-1][nonempty])
+    return out
+
+
+def _finite_max_sum(values: np.ndarray, off: np.ndarray) -> float:
+    top = _segment_max(np.where(np.isfinite(values), values, -np.inf), off)
+    return float(top[np.isfinite(top)].sum())
+
+
+def _interval_sum(values: np.ndarray, start: np.ndarray, end: np.ndarray, slots: int) -> np.ndarray:
+    diff = np.zeros(slots + 1)
+    np.add.at(diff, start, values)
+    np.add.at(diff, end, -values)
+    return np.cumsum(diff[:-1])
+
+
+def _range_argmin(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per query, the index of the least value in ``values[lo:hi]`` (a sparse table; ``lo`` for
+    empty ranges)."""
+    out = lo.copy()
+    length = hi - lo
+    ask = np.flatnonzero(length > 0)
+    if ask.size == 0:
+        return out
+    levels = [np.arange(len(values))]
+    span = 1
+    while span * 2 <= int(length[ask].max()):
+        prev = levels[-1]
+        a, b = prev[:-span], prev[span:]
+        levels.append(np.where(values[b] < values[a], b, a))
+        span *= 2
+    level = np.floor(np.log2(length[ask])).astype(np.int64)
+    for j in np.unique(level).tolist():
+        sel = ask[level == j]
+        a = levels[j][lo[sel]]
+        b = levels[j][hi[sel] - (1 << j)]
+        out[sel] = np.where(values[b] < values[a], b, a)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One penalised run: the model's cost function network with the penalties, solved by toulbar2.
+
+_MODEL: PenaltyModel | None = None  # a worker's model, set once when it starts
+
+
+def _start_worker(model: PenaltyModel) -> None:
+    global _MODEL
+    _MODEL = model
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to end this worker when its parent ends (a contest harness may kill the parent,
+    which then leaves at once without shutting its pool down)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown still ends the workers
+        pass
+
+
+def _worker_run(weights: np.ndarray, seconds: int, seed: int) -> tuple[np.ndarray | None, float, float]:
+    assert _MODEL is not None
+    return run_penalised(_MODEL, weights, seconds, seed)
+
+
+def run_penalised(
+    model: PenaltyModel, weights: np.ndarray, seconds: int, seed: int
+) -> tuple[np.ndarray | None, float, float]:
+    """toulbar2 on the penalised problem for at most ``seconds`` of CPU time (whole seconds, at
+    least one): (assignment or None, a proven lower bound under the limit, seconds taken)."""
+    import pytoulbar2
+
+    started = time.perf_counter()
+    node = np.round(model.penalised(weights))
+    edge = np.round(model.edge)
+    finite_node = np.isfinite(node)
+    finite_edge = np.isfinite(edge)
+    # The hard cost: above every total of allowed entries, so no forbidden entry is ever preferred.
+    top = int(_finite_max_sum(node, model.node_off) + _finite_max_sum(edge, model.edge_off)) + 1
+    node_int = np.where(finite_node, node, top).astype(np.int64)
+    edge_int = np.where(finite_edge, edge, top).astype(np.int64)
+    cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
+    cfn.Option.lds = 4  # limited discrepancy search first: good answers early (the contest winner's setting)
+    wcsp = cfn.CFN.wcsp
+    k, off, eoff = model.k.tolist(), model.node_off.tolist(), model.edge_off.tolist()
+    for v in range(model.n):
+        wcsp.makeEnumeratedVariable(f"x{v}", 0, k[v] - 1)
+    for v in range(model.n):
+        if k[v] > 1:
+            wcsp.postUnaryConstraint(v, node_int[off[v] : off[v + 1]].tolist(), False)
+    functions = model.n
+    for e, (u, v) in enumerate(model.edges.tolist()):
+        if k[u] * k[v] > 1:
+            wcsp.postBinaryConstraint(u, v, edge_int[eoff[e] : eoff[e + 1]].tolist(), False)
+            functions += 1
+    wcsp.sortConstraints()
+    found = cfn.Solve(timeLimit=max(1, int(seconds)))
+    dual = float(cfn.GetDDualBound())
+    # Rounding moved each function's chosen entry by at most 1/2 (scaled units).
+    bound = model.dual_value(weights, dual - 0.5 * functions)
+    assignment = None if found is None else np.asarray(found[0], dtype=np.int64)
+    return assignment, bound, time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------------------------------
+# Repair and polish: local moves on the true costs.
+
+
+def repair(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) -> np.ndarray | None:
+    """Bring an assignment within the usage limit, or None if no move frees usage where needed.
+
+    At the time of the worst violation, each live vertex's choices that use less are ranked by
+    cost increase (its neighbours as they are) per unit of usage freed; the best moves of
+    distinct, non-adjacent vertices are taken until they free the excess there. A move only lowers
+    usage, so it never breaks the limit elsewhere.
+    """
+    a = a.copy()
+    limit = engine.problem.usage_limit
+    profile = engine.profile(a)
+    neighbours = _neighbour_lists(engine)
+    while profile.max() > limit:
+        if out_of_time():
+            return None
+        t = int(np.argmax(profile))
+        verts = np.flatnonzero((engine.start <= t) & (engine.end > t))
+        cls = engine._build_class(verts)
+        costs = engine.local_costs(cls, a)
+        use = engine.usage[cls.slots]
+        here = cls.seg_start + a[verts]
+        freed = use[here][cls.slot_vertex] - use
+        rise = costs - costs[here][cls.slot_vertex]
+        ok = (freed > 0) & (costs < FORBIDDEN_COST)
+        if not ok.any():
+            return None
+        candidates = np.flatnonzero(ok)
+        ratio = rise[candidates] / freed[candidates]
+        need = profile[t] - limit
+        taken: set[int] = set()
+        blocked: set[int] = set()
+        for i in candidates[np.argsort(ratio, kind="stable")].tolist():
+            v = int(verts[cls.slot_vertex[i]])
+            if v in taken or v in blocked:
+                continue
+            c = i - int(cls.seg_start[cls.slot_vertex[i]])
+            profile[engine.start[v] : engine.end[v]] -= freed[i]
+            need -= freed[i]
+            a[v] = c
+            taken.add(v)
+            blocked.update(neighbours[v])
+            if need <= 0:
+                break
+    return a
+
+
+def _neighbour_lists(engine: LocalEngine) -> list[list[int]]:
+    cached = getattr(engine, "_neighbours", None)
+    if cached is None:
+        cached = [[] for _ in range(engine.n)]
+        for x, y in zip(engine.inc_x.tolist(), engine.inc_other.tolist(), strict=True):
+            cached[x].append(y)
+        engine._neighbours = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def polish(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) -> np.ndarray:
+    """Best-response descent on the true costs, keeping the usage limit (never raises the cost)."""
+    polished, _, _ = engine.descend(a, guard=True, deadline_check=out_of_time)
+    return polished
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+class _Weights:
+    """Per-vertex bisection in log space between the highest weight whose run broke the limit
+    in the vertex's interval (``low``) and the lowest whose run kept it there (``high``)."""
+
+    def __init__(self, model: PenaltyModel, unit: float) -> None:
+        self.model = model
+        self.unit = unit
+        self.low = np.zeros(model.n)
+        self.high = np.full(model.n, np.inf)
+
+    def propose(self, f: float) -> np.ndarray:
+        """Weights for a run; ``f`` in (0, 1) places them between the bounds (or, where a bound is
+        missing, how far to step beyond the other)."""
+        low, high = self.low, self.high
+        both = (low > 0) & np.isfinite(high)
+        w = np.where(both, low ** (1 - f) * np.where(both, high, 1.0) ** f, 0.0)
+        only_low = (low > 0) & ~np.isfinite(high)
+        w = np.where(only_low, low * 10.0 ** (0.5 + f), w)
+        only_high = (low == 0) & np.isfinite(high)
+        w = np.where(only_high, high / 10.0 ** (0.5 + f), w)
+        none = (low == 0) & ~np.isfinite(high)
+        w = np.where(none, self.unit * 10.0 ** (4 * f - 2), w)
+        w = np.minimum(w, self.model.weight_cap)
+        return np.where(self.model.relevant, w, 0.0)
+
+    def learn(self, weights: np.ndarray, broken: np.ndarray) -> None:
+        rel = self.model.relevant
+        up = rel & broken
+        self.low[up] = np.maximum(self.low[up], weights[up])
+        down = rel & ~broken
+        self.high[down] = np.minimum(self.high[down], weights[down])
+        # Runs are heuristic: a weight that broke may lie above one that kept. Trust the newest.
+        clash = rel & (self.low >= self.high)
+        self.low[clash & up] = weights[clash & up]
+        self.high[clash & up] = np.inf
+        self.high[clash & down] = weights[clash & down]
+        self.low[clash & down] = 0.0
+
+
+class Lagrange:
+    """The usage limit as per-vertex penalties, each penalised problem solved by toulbar2.
+
+    Weight vectors run in worker processes (one per core by default), each for ``seconds`` of
+    toulbar2; every answer is repaired to the limit where it breaks it, polished, and offered to
+    ``incumbent`` when it is the best so far; the weights then narrow per vertex. Without a time
+    limit it stops after ``runs`` runs. The status is FEASIBLE (never a proof of optimality; the
+    Lagrangian dual value is the bound) or NO_SOLUTION; INFEASIBLE only when the least usage of
+    every vertex already breaks the limit somewhere (a proof).
+
+    References
+    ----------
+    "Soft Constraints, Strong Solutions: Optimizing Intra-Operator Parallelism for Distributed Deep
+    Learning" (the IOPDDL contest's winning entry): usage penalties per vertex, toulbar2, scales in
+    parallel, per-vertex narrowing.
+
+    Examples
+    --------
+    >>> from stratopt import load_problem, solve
+    >>> r = solve(load_problem("example"), "lagrange", workers=0)
+    >>> r.status.value, r.objective, r.bound <= 445
+    ('feasible', 445, True)
+    """
+
+    name = "lagrange"
+    exact = False
+
+    def solve(
+        self,
+        problem: StrategyProblem,
+        *,
+        time_limit: float | None = None,
+        seed: int | None = None,
+        workers: int | None = None,
+        seconds: float | None = None,
+        runs: int = 8,
+        unit: float = 1.0,
+        progress: Callable[[str], None] | None = None,
+        incumbent: Callable[[tuple[int, ...]], None] | None = None,
+    ) -> Result:
+        """``workers``: processes (None: one per core; 0: toulbar2 in this process). ``seconds``:
+        toulbar2 time per run (default: a quarter of the time limit, at most 30; 10 without one).
+        ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
+        the first runs spread around, from a hundredth to a hundred times it."""
+        t0 = time.perf_counter()
+        deadline = None if time_limit is None else t0 + time_limit
+
+        def left() -> float:
+            return math.inf if deadline is None else deadline - time.perf_counter()
+
+        def out_of_time() -> bool:
+            return left() <= 0
+
+        def say(msg: str) -> None:
+            if progress is not None:
+                progress(f"[lagrange {time.perf_counter() - t0:6.1f}s] {msg}")
+
+        model = PenaltyModel.build(problem)
+        engine = LocalEngine(problem)
+        has_limit = engine.has_limit
+        stats: dict[str, Any] = {"relevant_vertices": int(model.relevant.sum()), "scale": model.scale}
+        if has_limit and len(model.room) and model.room.min() < 0:
+            stats["proof"] = "every vertex at its least usage still exceeds the limit"
+            return Result(self.name, Status.INFEASIBLE, stats=stats)
+        if seconds is None:
+            seconds = 10.0 if time_limit is None else max(1.0, min(30.0, time_limit / 4))
+        if workers is None:
+            workers = os.cpu_count() or 1
+        weights = _Weights(model, unit)
+        rng = np.random.default_rng(0 if seed is None else seed)
+        best: np.ndarray | None = None
+        best_cost = math.inf
+        bound = -math.inf
+        history: list[dict[str, Any]] = []
+        say(f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {workers or 1} worker(s), {seconds:.0f} s per run")
+
+        def take(w: np.ndarray, outcome: tuple[np.ndarray | None, float, float]) -> None:
+            nonlocal best, best_cost, bound
+            a, run_bound, took = outcome
+            bound = max(bound, run_bound)
+            if a is None:
+                history.append({"seconds": round(took, 2), "found": False})
+                return
+            ev = evaluate(problem, a)
+            broken = np.zeros(model.n, dtype=bool)
+            peak = ev.peak_usage
+            if has_limit:
+                profile = engine.profile(a)
+                broken = engine.range_max(profile, engine.start, engine.end) > problem.usage_limit
+                weights.learn(w, broken)
+            fixed = a if ev.feasible else (repair(engine, a, out_of_time) if has_limit else None)
+            cost = math.inf
+            if fixed is not None:
+                fixed = polish(engine, fixed, out_of_time) if has_limit else fixed
+                final = evaluate(problem, fixed)
+                if final.feasible:
+                    cost = float(final.objective)
+                    if cost < best_cost:
+                        best, best_cost = fixed, cost
+                        if incumbent is not None:
+                            incumbent(tuple(fixed.tolist()))
+            history.append(
+                {"seconds": round(took, 2), "raw_cost": float(ev.objective), "peak": peak, "cost": cost, "broken": int(broken.sum())}
+            )
+            say(
+                f"run {len(history)}: weights ~{np.median(w[model.relevant]) if model.relevant.any() else 0:.3g}, "
+                f"cost {float(ev.objective):.6g}, peak {peak} ({int(broken.sum())} vertices broken) -> "
+                f"{'kept ' if ev.feasible else 'repaired ' if math.isfinite(cost) else 'unrepaired '}{cost:.6g}; "
+                f"best {best_cost:.6g}, bound {bound:.6g}"
+            )
+
+        def next_weights(i: int) -> np.ndarray:
+            # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
+            f = (0.5 + i * 0.6180339887) % 1.0 if i else 0.5
+            f = min(max(f, 0.05), 0.95)
+            if not has_limit:
+                return np.zeros(model.n)
+            return weights.propose(f)
+
+        def run_seconds() -> int:
+            return max(1, int(min(seconds, left() - 1.0)))
+
+        def more(started: int) -> bool:
+            if deadline is None:
+                return started < runs
+            return left() > 2.0
+
+        started = 0
+        if workers == 0:
+            while more(started):
+                w = next_weights(started)
+                started += 1
+                take(w, run_penalised(model, w, run_seconds(), int(rng.integers(1, 2**31))))
+                if not has_limit:
+                    break
+        else:
+            context = multiprocessing.get_context("fork")
+            with cf.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(model,)) as pool:
+                pending: dict[cf.Future, np.ndarray] = {}
+                while True:
+                    while len(pending) < workers and more(started) and (has_limit or started == 0):
+                        w = next_weights(started)
+                        started += 1
+                        pending[pool.submit(_worker_run, w, run_seconds(), int(rng.integers(1, 2**31)))] = w
+                    if not pending:
+                        break
+                    done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                    for fut in done:
+                        take(pending.pop(fut), fut.result())
+        stats.update(runs=len(history), history=history, lagrangian_bound=None if bound == -math.inf else bound)
+        lower = None if bound == -math.inf else _round_down(problem, bound)
+        if best is None:
+            return Result(self.name, Status.NO_SOLUTION, limit=Limit.TIME if out_of_time() else Limit.ITERATION, bound=lower, stats=stats)
+        return Result(
+            self.name,
+            Status.FEASIBLE,
+            assignment=tuple(best.tolist()),
+            bound=lower,
+            limit=Limit.TIME if out_of_time() else Limit.HEURISTIC,
+            stats=stats,
+        )
+
+
+def _round_down(problem: StrategyProblem, bound: float) -> float | int:
+    """The bound less a margin for float error; integer problems get its floor."""
+    safe = bound - 1e-9 * max(1.0, abs(bound))
+    return math.floor(safe) if problem.is_integral else safe

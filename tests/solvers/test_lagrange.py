@@ -1,0 +1,163 @@
+"""Usage as penalties (toulbar2 per weight vector): answers feasible and no better than the optimum,
+bounds no higher, repair and the Lagrangian value checked by brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stratopt import Status, StrategyProblem, evaluate, load_problem, solve
+from stratopt.solvers.lagrange import Lagrange, PenaltyModel, repair
+from stratopt.solvers.local_search import LocalEngine
+
+from ..conftest import all_assignments, costs_times, problems, reference_evaluate
+
+pytest.importorskip("pytoulbar2")
+
+
+@settings(max_examples=120, deadline=None)
+@given(problems(max_vertices=5))
+def test_answers_and_bounds_against_brute(problem):
+    """With and without usage limits and forbidden entries: every answer is feasible (recomputed
+    from scratch) and costs at least the optimum, every bound is at most the optimum, and a
+    problem brute force proves infeasible gets no answer."""
+    exact = solve(problem, "brute")
+    r = solve(problem, "lagrange", workers=0, runs=4)
+    assert r.status in (Status.FEASIBLE, Status.NO_SOLUTION, Status.INFEASIBLE)
+    if exact.status is Status.INFEASIBLE:
+        assert r.assignment is None
+        return
+    if r.status is Status.INFEASIBLE:
+        pytest.fail("lagrange claimed infeasible a problem brute force solves")
+    if r.assignment is not None:
+        cost, feasible = reference_evaluate(problem, r.assignment)
+        assert feasible and cost == r.objective >= exact.objective
+    if r.bound is not None:
+        assert r.bound <= exact.objective
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(max_vertices=4, usage=True), st.floats(0.001, 1000.0))
+def test_float_costs_bound_below_the_optimum(problem, factor):
+    """Float costs are scaled and rounded for toulbar2: the bound still never exceeds the optimum."""
+    scaled = costs_times(problem, factor)
+    exact = solve(scaled, "brute")
+    r = solve(scaled, "lagrange", workers=0, runs=3)
+    if exact.status is Status.OPTIMAL and r.bound is not None:
+        assert r.bound <= exact.objective + 1e-9 * max(1.0, abs(exact.objective))
+    if r.assignment is not None:
+        assert evaluate(scaled, r.assignment).feasible
+
+
+def _penalised_minimum(problem: StrategyProblem, model: PenaltyModel, weights: np.ndarray) -> float:
+    """min over all assignments of the scaled, shifted penalised cost, by enumeration."""
+    node = model.penalised(weights)
+    best = np.inf
+    for a in all_assignments(problem):
+        a = np.asarray(a)
+        total = node[model.node_off[:-1] + a].sum()
+        if len(model.edges):
+            k = model.k
+            total += model.edge[model.edge_off[:-1] + a[model.edges[:, 0]] * k[model.edges[:, 1]] + a[model.edges[:, 1]]].sum()
+        best = min(best, total)
+    return float(best)
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems(max_vertices=5, usage=True, forbidden=False), st.lists(st.floats(0.0, 50.0), min_size=5, max_size=5))
+def test_lagrangian_value_is_a_lower_bound(problem, raw):
+    """For any weights, the dual value computed from the exact penalised minimum (by enumeration,
+    no toulbar2) is at most the optimum under the limit."""
+    exact = solve(problem, "brute")
+    if exact.status is not Status.OPTIMAL:
+        return
+    model = PenaltyModel.build(problem)
+    weights = np.asarray(raw[: problem.num_vertices])
+    value = model.dual_value(weights, _penalised_minimum(problem, model, weights))
+    assert value <= exact.objective + 1e-6 * max(1.0, abs(exact.objective))
+
+
+def _tight_problem() -> StrategyProblem:
+    """Three vertices live together; choice 0 is cheap and big, choice 1 dear and small.
+    Vertex 2 frees the most usage per unit of cost."""
+    return StrategyProblem(
+        [[0, 10], [0, 10], [0, 3]],
+        [(0, 1)],
+        [[0, 0, 0, 0]],
+        intervals=[[0, 2], [0, 2], [0, 2]],
+        usages=[[5, 1], [5, 1], [5, 1]],
+        usage_limit=11,
+    )
+
+
+def test_repair_takes_the_cheapest_usage_per_cost():
+    """Repair at the worst violation frees the excess with the move of least cost per unit freed."""
+    p = _tight_problem()
+    engine = LocalEngine(p)
+    fixed = repair(engine, np.zeros(3, dtype=np.int64), lambda: False)
+    assert fixed is not None and fixed.tolist() == [0, 0, 1]
+    assert evaluate(p, fixed).feasible and evaluate(p, fixed).objective == 3
+
+
+def test_repair_gives_up_when_nothing_frees_usage():
+    """If no live vertex has a choice that uses less, repair returns None (no answer is invented)."""
+    p = StrategyProblem([[0], [0]], [], [], intervals=[[0, 1], [0, 1]], usages=[[5], [5]], usage_limit=9)
+    assert repair(LocalEngine(p), np.zeros(2, dtype=np.int64), lambda: False) is None
+
+
+def test_least_usage_above_the_limit_is_a_proof():
+    """When every vertex at its least usage still breaks the limit, the status is INFEASIBLE."""
+    p = _tight_problem().replace(usage_limit=2)
+    assert solve(p, "lagrange", workers=0).status is Status.INFEASIBLE
+
+
+def test_worker_processes_give_the_same_kind_of_answer():
+    """The same search in two worker processes: feasible, at least the optimum, bound below it."""
+    p = load_problem("example")
+    r = solve(p, "lagrange", workers=2, runs=4)
+    assert r.status is Status.FEASIBLE and r.objective == 445 and r.bound <= 445
+    assert r.stats["runs"] == 4
+
+
+def test_incumbents_are_feasible_and_improve():
+    """Every assignment offered to ``incumbent`` is feasible, each cheaper than the one before."""
+    seen = []
+    p = _tight_problem()
+    r = Lagrange().solve(p, workers=0, runs=4, incumbent=seen.append)
+    costs = [evaluate(p, a).objective for a in seen]
+    assert seen and all(evaluate(p, a).feasible for a in seen)
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == len(costs)
+    assert tuple(seen[-1]) == r.assignment
+
+
+def test_weights_narrow_per_vertex():
+    """A vertex whose run broke the limit gets a higher weight next; one that kept it, lower."""
+    from stratopt.solvers.lagrange import _Weights
+
+    p = _tight_problem()
+    w = _Weights(PenaltyModel.build(p), unit=1.0)
+    first = w.propose(0.5)
+    assert np.allclose(first, 1.0)
+    w.learn(first, np.array([True, True, False]))
+    nxt = w.propose(0.5)
+    assert nxt[0] > 1.0 and nxt[1] > 1.0 and nxt[2] < 1.0
+    w.learn(nxt, np.array([False, False, False]))
+    between = w.propose(0.5)
+    assert 1.0 < between[0] < nxt[0]
+
+
+def test_every_choice_pair_is_seen_by_the_penalty_model():
+    """The model keeps every allowed entry, scaled and shifted: the penalised cost of any
+    assignment with zero weights is its true cost times the scale, less the shift."""
+    p = load_problem("example")
+    m = PenaltyModel.build(p)
+    zero = np.zeros(p.num_vertices)
+    node = m.penalised(zero)
+    for a in itertools.islice(all_assignments(p), 50):
+        a = np.asarray(a)
+        total = node[m.node_off[:-1] + a].sum() + m.edge[m.edge_off[:-1] + a[m.edges[:, 0]] * m.k[m.edges[:, 1]] + a[m.edges[:, 1]]].sum()
+        assert (total + m.shift) / m.scale == pytest.approx(evaluate(p, a).objective)
