@@ -62,7 +62,9 @@ def _penalised_minimum(problem: StrategyProblem, model: PenaltyModel, weights: n
         total = node[model.node_off[:-1] + a].sum()
         if len(model.edges):
             k = model.k
-            total += model.edge[model.edge_off[:-1] + a[model.edges[:, 0]] * k[model.edges[:, 1]] + a[model.edges[:, 1]]].sum()
+            total += model.edge[
+                model.edge_off[:-1] + a[model.edges[:, 0]] * k[model.edges[:, 1]] + a[model.edges[:, 1]]
+            ].sum()
         best = min(best, total)
     return float(best)
 
@@ -159,5 +161,43 @@ def test_every_choice_pair_is_seen_by_the_penalty_model():
     node = m.penalised(zero)
     for a in itertools.islice(all_assignments(p), 50):
         a = np.asarray(a)
-        total = node[m.node_off[:-1] + a].sum() + m.edge[m.edge_off[:-1] + a[m.edges[:, 0]] * m.k[m.edges[:, 1]] + a[m.edges[:, 1]]].sum()
+        total = (
+            node[m.node_off[:-1] + a].sum()
+            + m.edge[m.edge_off[:-1] + a[m.edges[:, 0]] * m.k[m.edges[:, 1]] + a[m.edges[:, 1]]].sum()
+        )
         assert (total + m.shift) / m.scale == pytest.approx(evaluate(p, a).objective)
+
+
+def _coupled_problem() -> StrategyProblem:
+    """Two live vertices that must choose alike (unequal pairs are forbidden): the usage only
+    falls below the limit if both move, which no single-vertex move can do."""
+    big = 10**18
+    return StrategyProblem(
+        [[0, 5], [0, 5], [0, 1]],
+        [(0, 1)],
+        [[0, big, big, 0]],
+        intervals=[[0, 2], [0, 2], [0, 2]],
+        usages=[[5, 1], [5, 1], [1, 1]],
+        usage_limit=4,
+    )
+
+
+def test_region_resolve_moves_coupled_vertices_together():
+    """Single-vertex repair gives up on coupled vertices; re-solving their region with toulbar2
+    under raised weights moves both at once and fits the limit."""
+    from stratopt.solvers.lagrange import resolve_region
+
+    p = _coupled_problem()
+    engine = LocalEngine(p)
+    start = np.zeros(3, dtype=np.int64)
+    assert repair(engine, start, lambda: False) is None
+    model = PenaltyModel.build(p)
+    moved = resolve_region(model, engine, start, np.full(3, 100.0), np.array([True, True, False]), 5, 1)
+    assert moved is not None and moved.tolist() == [1, 1, 0]
+    assert evaluate(p, moved).feasible and evaluate(p, moved).objective == 10
+
+
+def test_coupled_problem_is_solved_to_its_optimum():
+    """The whole search reaches the optimum of the coupled problem (brute force's)."""
+    p = _coupled_problem()
+    assert solve(p, "lagrange", workers=0, runs=4).objective == solve(p, "brute").objective
