@@ -201,3 +201,24 @@ def test_coupled_problem_is_solved_to_its_optimum():
     """The whole search reaches the optimum of the coupled problem (brute force's)."""
     p = _coupled_problem()
     assert solve(p, "lagrange", workers=0, runs=4).objective == solve(p, "brute").objective
+
+
+def test_region_repair_under_knapsack_rows():
+    """The knapsack repair re-solves the vertices live at the over-full slot on their true costs
+    with the limit as a row there: the coupled pair moves together, the cheapest way that fits."""
+    from stratopt.solvers.lagrange import repair_region
+
+    # A third vertex live beside them uses 100: at choice 0 the pair breaks the limit by under 5%.
+    p = _coupled_problem().replace(usages=[[5, 1], [5, 1], [100, 100]], usage_limit=105)
+    fixed = repair_region(PenaltyModel.build(p), LocalEngine(p), np.zeros(3, dtype=np.int64), lambda: 60.0, 1)
+    assert fixed is not None and fixed.tolist() == [1, 1, 0] and evaluate(p, fixed).feasible
+
+
+def test_region_repair_declines_far_above_the_limit():
+    """A run more than REGION_REPAIR_EXCESS times the limit is left to the next weights."""
+    from stratopt.solvers.lagrange import REGION_REPAIR_EXCESS, repair_region
+
+    p = _coupled_problem()
+    # Both coupled vertices at choice 0 use 11 against a limit of 4: far above.
+    assert 11 > REGION_REPAIR_EXCESS * 4
+    assert repair_region(PenaltyModel.build(p), LocalEngine(p), np.zeros(3, dtype=np.int64), lambda: 60.0, 1) is None
