@@ -220,5 +220,20 @@ def test_region_repair_declines_far_above_the_limit():
 
     p = _coupled_problem()
     # Both coupled vertices at choice 0 use 11 against a limit of 4: far above.
-    assert 11 > REGION_REPAIR_EXCESS * 4
+    assert REGION_REPAIR_EXCESS * 4 < 11
     assert repair_region(PenaltyModel.build(p), LocalEngine(p), np.zeros(3, dtype=np.int64), lambda: 60.0, 1) is None
+
+
+def test_a_finished_run_leaves_no_alarm_behind():
+    """toulbar2's time limit is a process-wide CPU-time alarm (ITIMER_VIRTUAL): a run that ends
+    before it must disarm it, or it fires while the process builds its next network (seen in the
+    repairs, which run toulbar2 in the search's own process)."""
+    import signal
+
+    from stratopt.solvers.lagrange import run_penalised
+
+    p = _tight_problem()
+    a, _, _ = run_penalised(PenaltyModel.build(p), np.ones(3), 30, 1)
+    assert a is not None and signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+    assert solve(p, "wcsp", time_limit=30).status is Status.OPTIMAL
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)

@@ -272,6 +272,29 @@ def _toulbar2(
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
     edge_int = np.where(np.isfinite(edge), edge, top).astype(np.int64)
     cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
+    try:
+        return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows)
+    except (cfn.Contradiction, cfn.SolverOut):
+        # An empty domain or a knapsack nothing meets (Contradiction) proves nothing to stop for:
+        # the caller treats it as no answer.
+        return None, -math.inf, 0
+    finally:
+        # toulbar2's time limit is a process-wide alarm that outlives a run that ends early; left
+        # armed, it would interrupt the next network built in this process.
+        cfn.CFN.timerStop()
+
+
+def _post_and_solve(
+    cfn: Any,
+    k: np.ndarray,
+    node_off: np.ndarray,
+    node_int: np.ndarray,
+    edges: np.ndarray,
+    edge_off: np.ndarray,
+    edge_int: np.ndarray,
+    seconds: float,
+    rows: Sequence[tuple[list[tuple[int, int, int]], int]],
+) -> tuple[np.ndarray | None, float, int]:
     cfn.Option.lds = 4  # limited discrepancy search first: good answers early (the contest winner's setting)
     wcsp = cfn.CFN.wcsp
     ks, off, eoff = k.tolist(), node_off.tolist(), edge_off.tolist()

@@ -158,7 +158,12 @@ class Wcsp(Driven):
             cfn.AddGeneralizedLinearConstraint([(index[v], i, use) for v, i, use in terms], "<=", room)
         limit = 0 if limits.time_limit is None else max(1, math.floor(limits.time_limit))
         started = time.perf_counter()
-        found = cfn.Solve(timeLimit=limit)
+        try:
+            found = cfn.Solve(timeLimit=limit)
+        finally:
+            # toulbar2's time limit is a process-wide alarm that outlives a run that ends early;
+            # left armed, it would interrupt the next network built in this process.
+            cfn.CFN.timerStop()
         seconds = time.perf_counter() - started
         dual = cfn.GetDDualBound()
         stats = {"toulbar2_seconds": round(seconds, 3), "dual_bound": dual, "initial_ub": ub}
