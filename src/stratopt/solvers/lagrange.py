@@ -54,6 +54,11 @@ _TOTAL = 2.0**50
 REGION_REPAIR_EXCESS = 1.05
 REGION_REPAIR_SLOTS = 64
 
+#: Every this many runs, the weights of the best answer so far run again, each multiplied by
+#: exp(N(0, SHAKE)) (on IOPDDL S the same weights with another seed gave the identical answer).
+EXPLOIT = 4
+SHAKE = 0.15
+
 
 @dataclass
 class PenaltyModel:
@@ -522,12 +527,13 @@ class _Weights:
         self.low[up] = np.maximum(self.low[up], weights[up])
         down = rel & ~broken
         self.high[down] = np.minimum(self.high[down], weights[down])
-        # Runs are heuristic: a weight that broke may lie above one that kept. Trust the newest.
+        # Runs are heuristic: a weight that broke may lie above one that kept. Trust the newest,
+        # and keep a narrow bracket around it (a factor of two) rather than forgetting the other side.
         clash = rel & (self.low >= self.high)
         self.low[clash & up] = weights[clash & up]
-        self.high[clash & up] = np.inf
+        self.high[clash & up] = 2.0 * weights[clash & up]
         self.high[clash & down] = weights[clash & down]
-        self.low[clash & down] = 0.0
+        self.low[clash & down] = 0.5 * weights[clash & down]
 
 
 class Lagrange:
@@ -601,6 +607,7 @@ class Lagrange:
         weights = _Weights(model, unit)
         rng = np.random.default_rng(0 if seed is None else seed)
         best: np.ndarray | None = None
+        best_weights: np.ndarray | None = None
         best_cost = math.inf
         bound = -math.inf
         history: list[dict[str, Any]] = []
@@ -609,7 +616,7 @@ class Lagrange:
         )
 
         def take(w: np.ndarray, outcome: tuple[np.ndarray | None, float, float]) -> None:
-            nonlocal best, best_cost, bound
+            nonlocal best, best_cost, bound, best_weights
             a, run_bound, took = outcome
             bound = max(bound, run_bound)
             if a is None:
@@ -632,7 +639,7 @@ class Lagrange:
                 if final.feasible and float(final.objective) < cost:
                     cost = float(final.objective)
                     if cost < best_cost:
-                        best, best_cost = fixed, cost
+                        best, best_cost, best_weights = fixed, cost, w
                         if incumbent is not None:
                             incumbent(tuple(fixed.tolist()))
             history.append(
@@ -652,12 +659,15 @@ class Lagrange:
             )
 
         def next_weights(i: int) -> np.ndarray:
-            # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
-            f = (0.5 + i * 0.6180339887) % 1.0 if i else 0.5
-            f = min(max(f, 0.05), 0.95)
             if not has_limit:
                 return np.zeros(model.n)
-            return weights.propose(f)
+            # Every EXPLOIT-th run tries the weights of the best answer so far, each shaken by a
+            # random factor (toulbar2 is deterministic here: the same weights give the same answer).
+            if best_weights is not None and i % EXPLOIT == EXPLOIT - 1:
+                return np.minimum(best_weights * np.exp(rng.normal(0.0, SHAKE, model.n)), model.weight_cap)
+            # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
+            f = (0.5 + i * 0.6180339887) % 1.0 if i else 0.5
+            return weights.propose(min(max(f, 0.05), 0.95))
 
         def run_seconds() -> int:
             return max(1, int(min(seconds, left() - 1.0)))
