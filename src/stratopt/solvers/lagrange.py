@@ -609,7 +609,9 @@ class Lagrange:
         best: np.ndarray | None = None
         best_weights: np.ndarray | None = None
         best_cost = math.inf
-        bound = -math.inf
+        # Every function at its least allowed entry (weights zero, penalised bound zero): the
+        # floor every Lagrangian value from the runs must beat to be worth reporting.
+        bound = model.dual_value(np.zeros(model.n), 0.0)
         history: list[dict[str, Any]] = []
         say(
             f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {workers or 1} worker(s), {seconds:.0f} s per run"
@@ -701,8 +703,8 @@ class Lagrange:
                     done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                     for fut in done:
                         take(pending.pop(fut), fut.result())
-        stats.update(runs=len(history), history=history, lagrangian_bound=None if bound == -math.inf else bound)
-        lower = None if bound == -math.inf else _round_down(problem, bound)
+        stats.update(runs=len(history), history=history, lagrangian_bound=bound)
+        lower = _round_down(problem, bound)
         if best is None:
             return Result(
                 self.name,
