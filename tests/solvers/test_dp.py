@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from stratopt import Limit, Result, Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
 from stratopt.solvers import dp as dp_module
+from stratopt.solvers import registry
 from stratopt.solvers.dp import ORDERINGS, plan
 
 from ..conftest import BIG, problems
@@ -123,12 +124,17 @@ def test_grid_is_refused_before_allocating():
 
 
 def test_auto_moves_on_when_the_dp_refuses(monkeypatch):
-    """'auto' hands a problem too wide for the DP to toulbar2, or to greedy beyond the formulations' sizes."""
+    """'auto' hands a problem too wide for the DP to toulbar2; beyond the formulations' sizes to
+    lagrange (toulbar2 on the penalised network), or to greedy where toulbar2 is missing."""
     p = grid(8, 16, 1)
     r = solve(p, time_limit=5)
     assert r.solver == "wcsp" and r.status in (Status.OPTIMAL, Status.FEASIBLE)
     assert r.stats["auto"].startswith("dp refused")
     monkeypatch.setattr("stratopt.solvers.dispatch.AUTO_MIP_VERTICES", 10)
+    r = solve(p, time_limit=4)
+    assert r.solver == "lagrange" and r.status is Status.FEASIBLE
+    real = registry.available
+    monkeypatch.setattr(registry, "available", lambda name=None: name != "lagrange" and real(name))
     r = solve(p, time_limit=2)
     assert r.solver == "greedy" and r.status is Status.FEASIBLE
 
