@@ -237,3 +237,26 @@ def test_a_finished_run_leaves_no_alarm_behind():
     assert a is not None and signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
     assert solve(p, "wcsp", time_limit=30).status is Status.OPTIMAL
     assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+
+
+def _failing_run(*args):
+    raise RuntimeError("toulbar2 went away")
+
+
+def test_a_failed_worker_ends_the_search_with_what_there_is(monkeypatch):
+    """A worker that dies is reported in stats and the search stops: no traceback, no answer
+    invented (here no run succeeded, so NO_SOLUTION)."""
+    from stratopt.solvers import lagrange
+
+    monkeypatch.setattr(lagrange, "_worker_run", _failing_run)
+    r = solve(_tight_problem(), "lagrange", workers=2, runs=4)
+    assert r.status is Status.NO_SOLUTION and r.assignment is None
+    assert "toulbar2 went away" in r.stats["worker_error"]
+
+
+def test_without_a_limit_one_run_takes_the_time():
+    """Without a usage limit the penalties vanish: one toulbar2 run, whose answer is optimal on
+    a small problem (the same cost as brute force)."""
+    p = load_problem("example").replace(usage_limit=None)
+    r = solve(p, "lagrange", workers=2, time_limit=5)
+    assert r.stats["runs"] == 1 and r.objective == solve(p, "brute").objective == 415

@@ -672,7 +672,8 @@ class Lagrange:
             return weights.propose(min(max(f, 0.05), 0.95))
 
         def run_seconds() -> int:
-            return max(1, int(min(seconds, left() - 1.0)))
+            # Without a limit there is one run: it gets the whole time (less a second to answer).
+            return max(1, int(min(seconds if has_limit or deadline is None else math.inf, left() - 1.0)))
 
         def more(started: int) -> bool:
             if deadline is None:
@@ -693,6 +694,7 @@ class Lagrange:
                 workers, mp_context=context, initializer=_start_worker, initargs=(model,)
             ) as pool:
                 pending: dict[cf.Future, np.ndarray] = {}
+                runs_left = True
                 while True:
                     while len(pending) < workers and more(started) and (has_limit or started == 0):
                         w = next_weights(started)
@@ -702,7 +704,19 @@ class Lagrange:
                         break
                     done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                     for fut in done:
-                        take(pending.pop(fut), fut.result())
+                        w = pending.pop(fut)
+                        try:
+                            outcome = fut.result()
+                        except Exception as exc:  # a worker died (toulbar2 crashed, memory): keep what there is
+                            stats["worker_error"] = f"{type(exc).__name__}: {exc}"
+                            say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
+                            runs_left = False
+                            continue
+                        take(w, outcome)
+                    if not runs_left:
+                        for fut in pending:
+                            fut.cancel()
+                        break
         stats.update(runs=len(history), history=history, lagrangian_bound=bound)
         lower = _round_down(problem, bound)
         if best is None:
