@@ -7,9 +7,12 @@ choice ``c`` of vertex ``v`` pays ``w_v * (usage[v][c] - least usage of v)`` on 
 Each weight vector is one toulbar2 run (in worker processes, one per core). After each run, every
 vertex whose live interval still breaks the limit somewhere learns that its weight was too low,
 every other vertex that its weight was high enough; the next weights lie between the highest
-weight that broke and the lowest that kept, per vertex (bisection in log space). Every answer is
-repaired if it breaks the limit (at the time of the worst violation, the move with the least cost
-increase per unit of usage freed) and polished by descent that keeps the limit.
+weight that broke and the lowest that kept, per vertex (bisection in log space). Every answer that
+breaks the limit is repaired two ways, the cheaper kept: single-vertex moves at the time of the
+worst violation (least cost increase per unit of usage freed), and, close to the limit, toulbar2
+re-solving the vertices live at the over-full slots on the true costs under knapsack rows there
+(coupled vertices, which forbidden pairs tie together, move at once). Then descent that keeps the
+limit polishes it.
 
 The lower bound is the Lagrangian dual: for slot prices ``lam_t >= 0``, any feasible assignment
 costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with vertex weights
