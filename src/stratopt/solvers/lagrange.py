@@ -764,6 +764,7 @@ class Lagrange:
 
 
 def _round_down(problem: StrategyProblem, bound: float) -> float | int:
-    """The bound less a margin for float error; integer problems get its floor."""
+    """The bound less a margin for float error. With integer costs the optimum is an integer at
+    least the true bound, hence at least its ceiling: that is the bound integer problems get."""
     safe = bound - 1e-9 * max(1.0, abs(bound))
-    return math.floor(safe) if problem.is_integral else safe
+    return math.ceil(safe) if problem.is_integral else safe
