@@ -339,7 +339,9 @@ def repair(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) 
     a = a.copy()
     limit = engine.problem.usage_limit
     profile = engine.profile(a)
-    neighbours = _neighbour_lists(engine)
+    # Neighbours of x: inc_other over x's incidences, grouped by x (a CSR view of the incidences).
+    by_x = np.argsort(engine.inc_x, kind="stable")
+    first = np.searchsorted(engine.inc_x[by_x], np.arange(engine.n + 1))
     while profile.max() > limit:
         if out_of_time():
             return None
@@ -368,7 +370,7 @@ def repair(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) 
             need -= freed[i]
             a[v] = c
             taken.add(v)
-            blocked.update(neighbours[v])
+            blocked.update(engine.inc_other[by_x[first[v] : first[v + 1]]].tolist())
             if need <= 0:
                 break
     return a
@@ -477,16 +479,6 @@ def repair_region(
             return None
         b = moved
     return b if engine.profile(b).max() <= limit else None
-
-
-def _neighbour_lists(engine: LocalEngine) -> list[list[int]]:
-    cached = getattr(engine, "_neighbours", None)
-    if cached is None:
-        cached = [[] for _ in range(engine.n)]
-        for x, y in zip(engine.inc_x.tolist(), engine.inc_other.tolist(), strict=True):
-            cached[x].append(y)
-        engine._neighbours = cached  # type: ignore[attr-defined]
-    return cached
 
 
 def polish(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) -> np.ndarray:
