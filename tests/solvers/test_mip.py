@@ -78,14 +78,20 @@ def test_float_costs():
 
 
 def test_infeasibility_found_by_the_back_end():
-    """The presolve cannot see this one: each vertex's lightest choice fits and no choice is
-    forbidden outright, but the edge forces equal choices and either pair exceeds the limit."""
+    """The presolve cannot see this one: each vertex's lightest choice fits, no choice is
+    forbidden outright or dominated and neither vertex is a function of the other, but every
+    pair the edge allows exceeds the limit."""
     big = 10**18
-    same = [[0, big], [big, 0]]
+    allowed = [[big, 0, 0], [0, big, big], [0, 0, big]]
 
     def pair(limit):
         return StrategyProblem(
-            [[0, 0], [0, 0]], [(0, 1)], [same], intervals=[[0, 1], [0, 1]], usages=[[3, 1], [1, 3]], usage_limit=limit
+            [[0, 0, 1], [0, 0, 1]],
+            [(0, 1)],
+            [allowed],
+            intervals=[[0, 1], [0, 1]],
+            usages=[[1, 3, 3], [1, 3, 3]],
+            usage_limit=limit,
         )
 
     assert "proof" not in solve(pair(3), "mip-highs").stats  # not decided by the presolve
