@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratopt import Status, StrategyProblem, evaluate, load_problem, solve
-from stratopt.solvers.lagrange import Lagrange, PenaltyModel, repair
+from stratopt.solvers.lagrange import Lagrange, PenaltyModel, repair, run_penalised
 from stratopt.solvers.local_search import LocalEngine
 
 from ..conftest import all_assignments, costs_times, problems, reference_evaluate
@@ -81,6 +81,25 @@ def test_lagrangian_value_is_a_lower_bound(problem, raw):
     weights = np.asarray(raw[: problem.num_vertices])
     value = model.dual_value(weights, _penalised_minimum(problem, model, weights))
     assert value <= exact.objective + 1e-6 * max(1.0, abs(exact.objective))
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems(max_vertices=5, usage=True, forbidden=False), st.lists(st.floats(0.0, 50.0), min_size=12, max_size=12))
+def test_lagrangian_value_at_slot_prices_is_a_lower_bound(problem, raw):
+    """For any slot prices, the weights they give and the exact penalised minimum make a dual
+    value at most the optimum; the network toulbar2 gets (after the reductions) has the same
+    penalised minimum as the model, so the worker's bound is one too."""
+    exact = solve(problem, "brute")
+    if exact.status is not Status.OPTIMAL:
+        return
+    model = PenaltyModel.build(problem)
+    _, start, end = problem.time_slots
+    prices = np.asarray(raw[: len(model.room)] + [0.0] * max(0, len(model.room) - len(raw)))
+    weights = model.weights_of(prices, start, end)
+    value = model.dual_value(weights, _penalised_minimum(problem, model, weights), prices)
+    assert value <= exact.objective + 1e-6 * max(1.0, abs(exact.objective))
+    _, bound, _ = run_penalised(model, weights, 5, 1, prices)
+    assert bound <= value + 1e-6 * max(1.0, abs(value))
 
 
 def _tight_problem() -> StrategyProblem:
@@ -237,6 +256,30 @@ def test_a_finished_run_leaves_no_alarm_behind():
     assert a is not None and signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
     assert solve(p, "wcsp", time_limit=30).status is Status.OPTIMAL
     assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+
+
+def test_a_run_leaves_toulbar2s_options_as_it_found_them():
+    """toulbar2's options are process-wide: the LDS a penalised run sets (and the HBFS that LDS
+    turns off) left behind made a later exact 'wcsp' run in the same process end without its
+    proof (its dual bound one short of the optimum on this chain)."""
+    from stratopt.solvers.lagrange import run_penalised
+
+    rng = np.random.default_rng(3)
+    n = 10
+    edges = [(v, v + 1) for v in range(n - 1)] + [(0, 5), (3, 8)]
+    chain = StrategyProblem(
+        [[0, 1, 2, 3]] * n,
+        edges,
+        [rng.integers(0, 3, (4, 4)) for _ in edges],
+        intervals=[[0, 1]] * n,
+        usages=[[3, 2, 1, 0]] * n,
+        usage_limit=15,
+    )
+    p = _tight_problem()
+    a, _, _ = run_penalised(PenaltyModel.build(p), np.ones(3), 30, 1)
+    assert a is not None
+    r = solve(chain, "wcsp")
+    assert r.status is Status.OPTIMAL and r.objective == r.bound == solve(chain, "brute").objective
 
 
 def _failing_run(*args):

@@ -162,13 +162,24 @@ class PenaltyModel:
         """Scaled node costs with the penalties of ``weights`` (cost per unit of usage)."""
         return self.node + self.scale * np.repeat(weights, self.k) * self.excess
 
-    def dual_value(self, weights: np.ndarray, penalised_bound: float) -> float:
+    def dual_value(self, weights: np.ndarray, penalised_bound: float, prices: np.ndarray | None = None) -> float:
         """A proven lower bound on the optimum under the limit, from a lower bound on the scaled,
         shifted penalised problem: the Lagrangian value at slot prices that cover ``weights``
-        (each relevant vertex's weight at its tightest slot; at each slot the largest such weight)."""
-        lam = np.zeros(len(self.room))
-        np.maximum.at(lam, self.room_slot[self.relevant], weights[self.relevant])
+        (``sum over the slots of v's interval >= w_v`` for every relevant ``v``). Without
+        ``prices``: each relevant vertex's weight at its tightest slot, at each slot the largest
+        such weight."""
+        lam = prices
+        if lam is None:
+            lam = np.zeros(len(self.room))
+            np.maximum.at(lam, self.room_slot[self.relevant], weights[self.relevant])
         return (penalised_bound + self.shift) / self.scale - float(lam @ self.room)
+
+    def weights_of(self, prices: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Each relevant vertex's weight under slot prices: their sum over its interval (slots
+        ``start .. end - 1``); the others get 0 (their excess is 0 in the penalised problem,
+        which keeps the bound a bound)."""
+        total = np.concatenate([[0.0], np.cumsum(prices)])
+        return np.where(self.relevant, total[end] - total[start], 0.0)
 
 
 @dataclass
@@ -355,16 +366,19 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_run(weights: np.ndarray, seconds: int, seed: int) -> tuple[np.ndarray | None, float, float]:
+def _worker_run(
+    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None = None
+) -> tuple[np.ndarray | None, float, float]:
     assert _MODEL is not None
-    return run_penalised(_MODEL, weights, seconds, seed)
+    return run_penalised(_MODEL, weights, seconds, seed, prices)
 
 
 def run_penalised(
-    model: PenaltyModel, weights: np.ndarray, seconds: int, seed: int
+    model: PenaltyModel, weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None = None
 ) -> tuple[np.ndarray | None, float, float]:
     """toulbar2 on the penalised problem for at most ``seconds`` of CPU time (whole seconds, at
-    least one): (assignment or None, a proven lower bound under the limit, seconds taken)."""
+    least one): (assignment or None, a proven lower bound under the limit, seconds taken).
+    ``prices``: slot prices that cover ``weights``, for the bound (see :meth:`PenaltyModel.dual_value`)."""
     started = time.perf_counter()
     net = model.network
     assert net is not None
@@ -377,7 +391,7 @@ def run_penalised(
     # The network's bound plus what the reductions took out bounds the model's shifted penalised
     # problem; rounding moved each function's chosen entry by at most 1/2 (scaled units).
     penalised_bound = dual - 0.5 * functions + net.shift + net.fixed_penalty(model, weights) - model.shift
-    bound = model.dual_value(weights, penalised_bound)
+    bound = model.dual_value(weights, penalised_bound, prices)
     a = None if values is None or net.reducer.infeasible else net.lift(values)
     return a, bound, time.perf_counter() - started
 
@@ -405,6 +419,7 @@ def _toulbar2(
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
     edge_int = np.where(np.isfinite(edge), edge, top).astype(np.int64)
     cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
+    saved = cfn.Option.lds, cfn.Option.hbfs
     try:
         return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows)
     except (cfn.Contradiction, cfn.SolverOut):
@@ -413,8 +428,11 @@ def _toulbar2(
         return None, -math.inf, 0
     finally:
         # toulbar2's time limit is a process-wide alarm that outlives a run that ends early; left
-        # armed, it would interrupt the next network built in this process.
+        # armed, it would interrupt the next network built in this process. Its options are
+        # process-wide too: LDS (and the HBFS it turns off) left set would cost a later exact run
+        # (wcsp) its proof.
         cfn.CFN.timerStop()
+        cfn.Option.lds, cfn.Option.hbfs = saved
 
 
 def _post_and_solve(
@@ -737,13 +755,36 @@ class Lagrange:
             f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {workers or 1} worker(s), {seconds:.0f} s per run"
         )
 
-        def take(w: np.ndarray, outcome: tuple[np.ndarray | None, float, float]) -> None:
+        # Slot prices for the bound runs (projected subgradient ascent on the Lagrangian dual,
+        # Polyak steps towards the best cost; the factor halves after two runs without progress).
+        prices = np.zeros(len(model.room))
+        slot_start, slot_end = (problem.time_slots[1], problem.time_slots[2]) if has_limit else (model.k, model.k)
+        ascent = {"theta": 1.0, "best": -math.inf, "stalls": 0, "runs": 0}
+
+        def learn_prices(lam: np.ndarray, a: np.ndarray, run_bound: float) -> None:
+            nonlocal prices
+            ascent["runs"] += 1
+            if run_bound > ascent["best"]:
+                ascent.update(best=run_bound, stalls=0)
+            else:
+                ascent["stalls"] += 1
+                if ascent["stalls"] >= 2:
+                    ascent.update(theta=ascent["theta"] / 2, stalls=0)
+            g = engine.profile(a).astype(np.float64) - float(problem.usage_limit or 0)
+            move = (lam > 0) | (g > 0)
+            norm = float(g[move] @ g[move])
+            if norm > 0 and math.isfinite(best_cost):
+                prices = np.maximum(0.0, lam + ascent["theta"] * (best_cost - run_bound) / norm * g)
+
+        def take(w: np.ndarray, outcome: tuple[np.ndarray | None, float, float], lam: np.ndarray | None = None) -> None:
             nonlocal best, best_cost, bound, best_weights
             a, run_bound, took = outcome
             bound = max(bound, run_bound)
             if a is None:
                 history.append({"seconds": round(took, 2), "found": False})
                 return
+            if lam is not None:
+                learn_prices(lam, a, run_bound)
             ev = evaluate(problem, a)
             broken = np.zeros(model.n, dtype=bool)
             peak = ev.peak_usage
@@ -780,16 +821,21 @@ class Lagrange:
                 f"best {best_cost:.6g}, bound {bound:.6g}"
             )
 
-        def next_weights(i: int) -> np.ndarray:
+        def next_weights(i: int) -> tuple[np.ndarray, np.ndarray | None]:
             if not has_limit:
-                return np.zeros(model.n)
+                return np.zeros(model.n), None
             # Every EXPLOIT-th run tries the weights of the best answer so far, each shaken by a
             # random factor (toulbar2 is deterministic here: the same weights give the same answer).
             if best_weights is not None and i % EXPLOIT == EXPLOIT - 1:
-                return np.minimum(best_weights * np.exp(rng.normal(0.0, SHAKE, model.n)), model.weight_cap)
+                return np.minimum(best_weights * np.exp(rng.normal(0.0, SHAKE, model.n)), model.weight_cap), None
+            # Another runs the slot prices of the bound's ascent (weights that a price per slot
+            # covers exactly, so that its Lagrangian value is as high as those prices allow).
+            if best_weights is not None and i % EXPLOIT == 1:
+                lam = prices.copy()
+                return np.minimum(model.weights_of(lam, slot_start, slot_end), model.weight_cap), lam
             # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
             f = (0.5 + i * 0.6180339887) % 1.0 if i else 0.5
-            return weights.propose(min(max(f, 0.05), 0.95))
+            return weights.propose(min(max(f, 0.05), 0.95)), None
 
         def run_seconds() -> int:
             # Without a limit there is one run: it gets the whole time (less a second to answer).
@@ -803,9 +849,9 @@ class Lagrange:
         started = 0
         if workers == 0:
             while more(started):
-                w = next_weights(started)
+                w, lam = next_weights(started)
                 started += 1
-                take(w, run_penalised(model, w, run_seconds(), int(rng.integers(1, 2**31))))
+                take(w, run_penalised(model, w, run_seconds(), int(rng.integers(1, 2**31)), lam), lam)
                 if not has_limit:
                     break
         else:
@@ -813,18 +859,19 @@ class Lagrange:
             with cf.ProcessPoolExecutor(
                 workers, mp_context=context, initializer=_start_worker, initargs=(model,)
             ) as pool:
-                pending: dict[cf.Future, np.ndarray] = {}
+                pending: dict[cf.Future, tuple[np.ndarray, np.ndarray | None]] = {}
                 runs_left = True
                 while True:
                     while len(pending) < workers and more(started) and (has_limit or started == 0):
-                        w = next_weights(started)
+                        w, lam = next_weights(started)
                         started += 1
-                        pending[pool.submit(_worker_run, w, run_seconds(), int(rng.integers(1, 2**31)))] = w
+                        seed_i = int(rng.integers(1, 2**31))
+                        pending[pool.submit(_worker_run, w, run_seconds(), seed_i, lam)] = (w, lam)
                     if not pending:
                         break
                     done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                     for fut in done:
-                        w = pending.pop(fut)
+                        w, lam = pending.pop(fut)
                         try:
                             outcome = fut.result()
                         except Exception as exc:  # a worker died (toulbar2 crashed, memory): keep what there is
@@ -832,12 +879,12 @@ class Lagrange:
                             say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
                             runs_left = False
                             continue
-                        take(w, outcome)
+                        take(w, outcome, lam)
                     if not runs_left:
                         for fut in pending:
                             fut.cancel()
                         break
-        stats.update(runs=len(history), history=history, lagrangian_bound=bound)
+        stats.update(runs=len(history), history=history, lagrangian_bound=bound, bound_runs=ascent["runs"])
         lower = _round_down(problem, bound)
         if best is None:
             return Result(

@@ -100,6 +100,14 @@ class Reducer:
             self.usage = [problem.usage(v).astype(np.float64) for v in range(n)]
         self.infeasible: str | None = None
         self.pending = [v for v in range(n) if self.allowed[v].sum() <= 1]
+        # Vertices whose choices or edges changed since arc consistency (resp. follower merging)
+        # last looked at their pairs: only those pairs can have changed their verdict.
+        self.dirty_support: set[int] = set(range(n))
+        self.dirty_follow: set[int] = set(range(n))
+
+    def _touch(self, v: int) -> None:
+        self.dirty_support.add(v)
+        self.dirty_follow.add(v)
 
     # -- the reductions ------------------------------------------------------------------------
 
@@ -155,6 +163,7 @@ class Reducer:
                 self.node[w] = self.node[w] + np.where(np.isfinite(row), row, 0.0)
                 self.allowed[w] &= np.isfinite(row)
                 self.adj[w].discard(v)
+                self._touch(w)
                 if not self.allowed[w].any():
                     return self._no_choice(w)
                 if self.allowed[w].sum() == 1:
@@ -164,7 +173,10 @@ class Reducer:
     def prune_unsupported(self) -> bool:
         """Drop every open choice that some neighbour allows with none of its open choices."""
         removed = 0
-        for (u, v), mat in self.merged.items():
+        todo, self.dirty_support = self.dirty_support, set()
+        pairs = {(min(v, w), max(v, w)) for v in todo if not self.removed[v] for w in self.adj[v]}
+        for u, v in sorted(pairs):
+            mat = self.merged[(u, v)]
             for x, y, m in ((u, v, mat), (v, u, mat.T)):
                 ok = np.isfinite(m[:, self.allowed[y]]).any(axis=1)
                 dead = self.allowed[x] & ~ok
@@ -172,13 +184,16 @@ class Reducer:
                     self.allowed[x] &= ok
                     removed += int(dead.sum())
                     self.pending.append(x)
+                    self._touch(x)
         self.stats["choices_unsupported"] += removed
         return removed > 0
 
     def merge_followers(self) -> bool:
         """Merge every vertex that an edge makes a function of its neighbour; True if any merged."""
         merged = 0
-        for key in list(self.merged):
+        todo, self.dirty_follow = self.dirty_follow, set()
+        pairs = {(min(v, w), max(v, w)) for v in todo if not self.removed[v] for w in self.adj[v]}
+        for key in sorted(pairs):
             if key not in self.merged:
                 continue
             u, v = key
@@ -241,7 +256,9 @@ class Reducer:
                 self.merged[(u, w) if u < w else (w, u)] = mat if u < w else mat.T.copy()
                 self.adj[u].add(w)
                 self.adj[w].add(u)
+            self._touch(w)
         self.adj[v].clear()
+        self._touch(u)
         if self.usage is not None and self.intervals is not None:
             s, e = self.intervals[v]
             image = self.usage[v][picked[open_]]
@@ -303,6 +320,7 @@ class Reducer:
             if not alive.all():
                 self.allowed[v][open_[~alive]] = False
                 removed += int((~alive).sum())
+                self._touch(v)
                 if alive.sum() == 1:
                     self.pending.append(v)
         self.stats["choices_dominated"] += removed

@@ -146,6 +146,9 @@ class Wcsp(Driven):
         if limits.hint is not None:
             ub = min(ub, self._upper_bound(encoding, limits.hint))
         cfn = pytoulbar2.CFN(ubinit=ub, verbose=-1, seed=1 if limits.seed is None else int(limits.seed))
+        # Process-wide options: complete search with hybrid best-first search (toulbar2's defaults,
+        # whose dual bound meets the optimum at the end), whatever ran in this process before.
+        cfn.Option.lds, cfn.Option.hbfs = 0, 1
         index: dict[int, int] = {}
         for v in encoding.unary:
             index[v] = len(index)
