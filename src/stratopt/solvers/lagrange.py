@@ -346,12 +346,13 @@ def _range_argmin(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
 # ---------------------------------------------------------------------------------------------
 # One penalised run: the model's cost function network with the penalties, solved by toulbar2.
 
-_MODEL: PenaltyModel | None = None  # a worker's model, set once when it starts
+_MODEL: PenaltyModel | None = None  # a worker's model and engine, set once when it starts
+_ENGINE: LocalEngine | None = None
 
 
-def _start_worker(model: PenaltyModel) -> None:
-    global _MODEL
-    _MODEL = model
+def _start_worker(model: PenaltyModel, engine: LocalEngine) -> None:
+    global _MODEL, _ENGINE
+    _MODEL, _ENGINE = model, engine
     _die_with_parent()
 
 
@@ -367,10 +368,51 @@ def _die_with_parent() -> None:
 
 
 def _worker_run(
-    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None = None
-) -> tuple[np.ndarray | None, float, float]:
-    assert _MODEL is not None
-    return run_penalised(_MODEL, weights, seconds, seed, prices)
+    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None, deadline: float | None
+) -> Attempt:
+    assert _MODEL is not None and _ENGINE is not None
+    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, deadline)
+
+
+@dataclass
+class Attempt:
+    """One weight vector's outcome: toulbar2's answer on the penalised problem (or None), the
+    bound it proves, toulbar2's seconds, and the assignments made from the answer for the true
+    problem (the answer itself if it keeps the limit, else its repairs), each polished."""
+
+    raw: np.ndarray | None
+    bound: float
+    seconds: float
+    fixed: list[np.ndarray]
+
+
+def attempt(
+    model: PenaltyModel,
+    engine: LocalEngine,
+    weights: np.ndarray,
+    seconds: int,
+    seed: int,
+    prices: np.ndarray | None = None,
+    deadline: float | None = None,
+) -> Attempt:
+    """A penalised run, then repair and polish of its answer (in the worker that ran it, so
+    that the workers, not the search's own process, do the work). ``deadline``: a
+    ``time.monotonic()`` value the repairs and polish stop at."""
+    a, bound, took = run_penalised(model, weights, seconds, seed, prices)
+    if a is None:
+        return Attempt(None, bound, took, [])
+
+    def left() -> float:
+        return math.inf if deadline is None else deadline - time.monotonic()
+
+    def out_of_time() -> bool:
+        return left() <= 0
+
+    feasible = evaluate(engine.problem, a).feasible
+    if not engine.has_limit:
+        return Attempt(a, bound, took, [a] if feasible else [])
+    candidates = [a] if feasible else _repairs(model, engine, a, out_of_time, left, np.random.default_rng(seed))
+    return Attempt(a, bound, took, [polish(engine, c, out_of_time) for c in candidates])
 
 
 def run_penalised(
@@ -776,15 +818,15 @@ class Lagrange:
             if norm > 0 and math.isfinite(best_cost):
                 prices = np.maximum(0.0, lam + ascent["theta"] * (best_cost - run_bound) / norm * g)
 
-        def take(w: np.ndarray, outcome: tuple[np.ndarray | None, float, float], lam: np.ndarray | None = None) -> None:
+        def take(w: np.ndarray, outcome: Attempt, lam: np.ndarray | None = None) -> None:
             nonlocal best, best_cost, bound, best_weights
-            a, run_bound, took = outcome
-            bound = max(bound, run_bound)
+            a, took = outcome.raw, outcome.seconds
+            bound = max(bound, outcome.bound)
             if a is None:
                 history.append({"seconds": round(took, 2), "found": False})
                 return
             if lam is not None:
-                learn_prices(lam, a, run_bound)
+                learn_prices(lam, a, outcome.bound)
             ev = evaluate(problem, a)
             broken = np.zeros(model.n, dtype=bool)
             peak = ev.peak_usage
@@ -792,12 +834,8 @@ class Lagrange:
                 profile = engine.profile(a)
                 broken = engine.range_max(profile, engine.start, engine.end) > problem.usage_limit
                 weights.learn(w, broken)
-            candidates = (
-                [a] if ev.feasible else self._repairs(model, engine, a, out_of_time, left, rng) if has_limit else []
-            )
             cost = math.inf
-            for fixed in candidates:
-                fixed = polish(engine, fixed, out_of_time) if has_limit else fixed
+            for fixed in outcome.fixed:
                 final = evaluate(problem, fixed)
                 if final.feasible and float(final.objective) < cost:
                     cost = float(final.objective)
@@ -821,6 +859,10 @@ class Lagrange:
                 f"best {best_cost:.6g}, bound {bound:.6g}"
             )
 
+        def proving() -> bool:
+            took = [h["seconds"] for h in history]
+            return bool(took) and float(np.median(took)) < seconds / 2
+
         def next_weights(i: int) -> tuple[np.ndarray, np.ndarray | None]:
             if not has_limit:
                 return np.zeros(model.n), None
@@ -829,8 +871,10 @@ class Lagrange:
             if best_weights is not None and i % EXPLOIT == EXPLOIT - 1:
                 return np.minimum(best_weights * np.exp(rng.normal(0.0, SHAKE, model.n)), model.weight_cap), None
             # Another runs the slot prices of the bound's ascent (weights that a price per slot
-            # covers exactly, so that its Lagrangian value is as high as those prices allow).
-            if best_weights is not None and i % EXPLOIT == 1:
+            # covers exactly, so that its Lagrangian value is as high as those prices allow), when
+            # toulbar2 proves its runs' optima (finishes in under half its time): otherwise its dual
+            # bound is far below the penalised optimum, and the run is better spent on answers.
+            if best_weights is not None and i % EXPLOIT == 1 and proving():
                 lam = prices.copy()
                 return np.minimum(model.weights_of(lam, slot_start, slot_end), model.weight_cap), lam
             # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
@@ -851,13 +895,14 @@ class Lagrange:
             while more(started):
                 w, lam = next_weights(started)
                 started += 1
-                take(w, run_penalised(model, w, run_seconds(), int(rng.integers(1, 2**31)), lam), lam)
+                mono = None if deadline is None else time.monotonic() + left()
+                take(w, attempt(model, engine, w, run_seconds(), int(rng.integers(1, 2**31)), lam, mono), lam)
                 if not has_limit:
                     break
         else:
             context = multiprocessing.get_context("fork")
             with cf.ProcessPoolExecutor(
-                workers, mp_context=context, initializer=_start_worker, initargs=(model,)
+                workers, mp_context=context, initializer=_start_worker, initargs=(model, engine)
             ) as pool:
                 pending: dict[cf.Future, tuple[np.ndarray, np.ndarray | None]] = {}
                 runs_left = True
@@ -866,7 +911,8 @@ class Lagrange:
                         w, lam = next_weights(started)
                         started += 1
                         seed_i = int(rng.integers(1, 2**31))
-                        pending[pool.submit(_worker_run, w, run_seconds(), seed_i, lam)] = (w, lam)
+                        mono = None if deadline is None else time.monotonic() + left()
+                        pending[pool.submit(_worker_run, w, run_seconds(), seed_i, lam, mono)] = (w, lam)
                     if not pending:
                         break
                     done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -903,28 +949,28 @@ class Lagrange:
             stats=stats,
         )
 
-    @staticmethod
-    def _repairs(
-        model: PenaltyModel,
-        engine: LocalEngine,
-        a: np.ndarray,
-        out_of_time: Callable[[], bool],
-        left: Callable[[], float],
-        rng: np.random.Generator,
-    ) -> list[np.ndarray]:
-        """Feasible assignments made from one that breaks the limit: single-vertex moves at the
-        worst violation, and (close to the limit, integer usages) toulbar2 re-solving the region
-        around the over-full slots under knapsack rows there."""
-        out = []
-        single = repair(engine, a, out_of_time)
-        if single is not None:
-            out.append(single)
-        problem = engine.problem
-        if problem.usage_flat is not None and problem.usage_flat.dtype.kind in "iu":
-            region = repair_region(model, engine, a, left, int(rng.integers(1, 2**31)))
-            if region is not None:
-                out.append(region)
-        return out
+
+def _repairs(
+    model: PenaltyModel,
+    engine: LocalEngine,
+    a: np.ndarray,
+    out_of_time: Callable[[], bool],
+    left: Callable[[], float],
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """Feasible assignments made from one that breaks the limit: single-vertex moves at the
+    worst violation, and (close to the limit, integer usages) toulbar2 re-solving the region
+    around the over-full slots under knapsack rows there."""
+    out = []
+    single = repair(engine, a, out_of_time)
+    if single is not None:
+        out.append(single)
+    problem = engine.problem
+    if problem.usage_flat is not None and problem.usage_flat.dtype.kind in "iu":
+        region = repair_region(model, engine, a, left, int(rng.integers(1, 2**31)))
+        if region is not None:
+            out.append(region)
+    return out
 
 
 def _round_down(problem: StrategyProblem, bound: float) -> float | int:
