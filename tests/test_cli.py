@@ -113,6 +113,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, text, args, fragment):
     assert err.count("\n") == 1 and err.startswith("stratopt: error: ") and fragment in err
 
 
+def test_ray_is_for_lagrange_only(capsys):
+    """--ray with another solver is a one-line error, exit 2 (nothing silently ignored)."""
+    code, out, err = run(capsys, "solve", "example", "--solver", "greedy", "--ray")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--ray applies to --solver lagrange" in err
+
+
 def test_missing_file_and_usage_errors(capsys):
     """A missing file and a missing argument are one-line errors too."""
     for args in (["solve", "nowhere.json"], ["solve"], ["evaluate", "example"], ["frobnicate"]):

@@ -85,11 +85,15 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     problem, costing = _load(args)
     if args.solver != "auto" and args.solver not in registry.names():
         raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
+    if args.ray and args.solver != "lagrange":
+        raise ModelError(f"--ray applies to --solver lagrange, not {args.solver!r}")
     if args.solver == "auto":
         result = solve_auto(problem, time_limit=args.time_limit, seed=args.seed, progress=_stderr)
         _stderr(f"solver: {result.solver} (picked by 'auto')")
     else:
-        extra = {"progress": _stderr} if args.solver in ("greedy", "lagrange") else {}
+        extra: dict[str, Any] = {"progress": _stderr} if args.solver in ("greedy", "lagrange") else {}
+        if args.ray:
+            extra["executor"] = "ray"
         result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **extra)
     explain = costing.explain(result.assignment) if costing and args.explain and result.assignment else None
     if args.json:
@@ -414,6 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("instance", metavar="INSTANCE", help=instance)
     p.add_argument("--solver", "-s", default="auto", metavar="S", help=f"auto or {', '.join(registry.names())}")
     p.add_argument("--explain", action="store_true", help="per operator: configuration, compute, comm., memory")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="lagrange only: run its weight vectors as Ray tasks on the cluster ray.init() connects to",
+    )
     _options(p, "time", "seed", "json", "memory")
     p = _add(sub, _evaluate_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=instance)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratopt import Status, StrategyProblem, evaluate, load_problem, solve
+from stratopt.errors import ModelError
 from stratopt.solvers.lagrange import Lagrange, PenaltyModel, repair, run_penalised
 from stratopt.solvers.local_search import LocalEngine
 
@@ -142,6 +143,25 @@ def test_worker_processes_give_the_same_kind_of_answer():
     r = solve(p, "lagrange", workers=2, runs=4)
     assert r.status is Status.FEASIBLE and r.objective == 445 and r.bound <= 445
     assert r.stats["runs"] == 4
+
+
+def test_ray_tasks_give_the_same_kind_of_answer():
+    """The same search as Ray tasks on a local Ray cluster: the model goes to the object store once,
+    each task runs toulbar2, repairs and polishes; feasible, the optimum here, bound below it."""
+    ray = pytest.importorskip("ray")
+    p = _tight_problem()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        r = solve(p, "lagrange", executor="ray", runs=4)
+    finally:
+        ray.shutdown()
+    assert r.status is Status.FEASIBLE and r.objective == solve(p, "brute").objective and r.bound <= r.objective
+    assert r.stats["runs"] == 4 and r.stats["executor"] == "ray"
+
+
+def test_an_unknown_executor_is_refused():
+    with pytest.raises(ModelError, match="unknown executor 'dask'"):
+        solve(_tight_problem(), "lagrange", executor="dask")
 
 
 def test_incumbents_are_feasible_and_improve():

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.errors import ModelError, SolverUnavailableError
 from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine, _ragged_arange
@@ -368,10 +369,22 @@ def _die_with_parent() -> None:
 
 
 def _worker_run(
-    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None, deadline: float | None
+    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None, budget: float | None
 ) -> Attempt:
     assert _MODEL is not None and _ENGINE is not None
-    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, deadline)
+    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, budget)
+
+
+def _ray_run(
+    shared: tuple[PenaltyModel, LocalEngine],
+    weights: np.ndarray,
+    seconds: int,
+    seed: int,
+    prices: np.ndarray | None,
+    budget: float | None,
+) -> Attempt:
+    model, engine = shared
+    return attempt(model, engine, weights, seconds, seed, prices, budget)
 
 
 @dataclass
@@ -393,11 +406,13 @@ def attempt(
     seconds: int,
     seed: int,
     prices: np.ndarray | None = None,
-    deadline: float | None = None,
+    budget: float | None = None,
 ) -> Attempt:
     """A penalised run, then repair and polish of its answer (in the worker that ran it, so
-    that the workers, not the search's own process, do the work). ``deadline``: a
-    ``time.monotonic()`` value the repairs and polish stop at."""
+    that the workers, not the search's own process, do the work). ``budget``: the seconds, from
+    the start of this call, after which the repairs and polish stop (a duration, not a clock
+    time, so that it holds on another machine of a Ray cluster)."""
+    deadline = None if budget is None else time.monotonic() + budget
     a, bound, took = run_penalised(model, weights, seconds, seed, prices)
     if a is None:
         return Attempt(None, bound, took, [])
@@ -750,13 +765,16 @@ class Lagrange:
         time_limit: float | None = None,
         seed: int | None = None,
         workers: int | None = None,
+        executor: str = "process",
         seconds: float | None = None,
         runs: int = 8,
         unit: float = 1.0,
         progress: Callable[[str], None] | None = None,
         incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> Result:
-        """``workers``: processes (None: one per core; 0: toulbar2 in this process). ``seconds``:
+        """``workers``: processes (None: one per core; 0: toulbar2 in this process). ``executor``:
+        ``"process"`` (forked worker processes) or ``"ray"`` (Ray tasks on the cluster
+        ``ray.init()`` connects to; ``workers`` None: one per CPU of the cluster). ``seconds``:
         toulbar2 time per run (default: a quarter of the time limit, at most 20; 10 without one).
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
         the first runs spread around, from a hundredth to a hundred times it."""
@@ -782,7 +800,9 @@ class Lagrange:
             return Result(self.name, Status.INFEASIBLE, stats=stats)
         if seconds is None:
             seconds = 10.0 if time_limit is None else max(1.0, min(20.0, time_limit / 4))
-        if workers is None:
+        if executor not in ("process", "ray"):
+            raise ModelError(f"lagrange: unknown executor {executor!r}; choose 'process' or 'ray'")
+        if workers is None and executor == "process":
             workers = os.cpu_count() or 1
         weights = _Weights(model, unit)
         rng = np.random.default_rng(0 if seed is None else seed)
@@ -794,7 +814,7 @@ class Lagrange:
         bound = model.dual_value(np.zeros(model.n), 0.0)
         history: list[dict[str, Any]] = []
         say(
-            f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {workers or 1} worker(s), {seconds:.0f} s per run"
+            f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {'Ray tasks' if executor == 'ray' else f'{workers or 1} worker(s)'}, {seconds:.0f} s per run"
         )
 
         # Slot prices for the bound runs (projected subgradient ascent on the Lagrangian dual,
@@ -895,41 +915,30 @@ class Lagrange:
             while more(started):
                 w, lam = next_weights(started)
                 started += 1
-                mono = None if deadline is None else time.monotonic() + left()
-                take(w, attempt(model, engine, w, run_seconds(), int(rng.integers(1, 2**31)), lam, mono), lam)
+                budget = None if deadline is None else left()
+                take(w, attempt(model, engine, w, run_seconds(), int(rng.integers(1, 2**31)), lam, budget), lam)
                 if not has_limit:
                     break
         else:
-            context = multiprocessing.get_context("fork")
-            with cf.ProcessPoolExecutor(
-                workers, mp_context=context, initializer=_start_worker, initargs=(model, engine)
-            ) as pool:
-                pending: dict[cf.Future, tuple[np.ndarray, np.ndarray | None]] = {}
-                runs_left = True
+            pool = _RayPool(model, engine, workers) if executor == "ray" else _ProcessPool(model, engine, workers or 1)
+            stats["executor"] = executor
+            try:
                 while True:
-                    while len(pending) < workers and more(started) and (has_limit or started == 0):
+                    while pool.free() and more(started) and (has_limit or started == 0):
                         w, lam = next_weights(started)
                         started += 1
                         seed_i = int(rng.integers(1, 2**31))
-                        mono = None if deadline is None else time.monotonic() + left()
-                        pending[pool.submit(_worker_run, w, run_seconds(), seed_i, lam, mono)] = (w, lam)
-                    if not pending:
+                        pool.submit((w, lam), w, run_seconds(), seed_i, lam, None if deadline is None else left())
+                    if not pool.busy():
                         break
-                    done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                    for fut in done:
-                        w, lam = pending.pop(fut)
-                        try:
-                            outcome = fut.result()
-                        except Exception as exc:  # a worker died (toulbar2 crashed, memory): keep what there is
-                            stats["worker_error"] = f"{type(exc).__name__}: {exc}"
-                            say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
-                            runs_left = False
-                            continue
-                        take(w, outcome, lam)
-                    if not runs_left:
-                        for fut in pending:
-                            fut.cancel()
+                    (w, lam), outcome = pool.next_done()
+                    if isinstance(outcome, BaseException):  # a worker died (toulbar2 crashed, memory)
+                        stats["worker_error"] = f"{type(outcome).__name__}: {outcome}"
+                        say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
                         break
+                    take(w, outcome, lam)
+            finally:
+                pool.close()
         stats.update(runs=len(history), history=history, lagrangian_bound=bound, bound_runs=ascent["runs"])
         lower = _round_down(problem, bound)
         if best is None:
@@ -948,6 +957,81 @@ class Lagrange:
             limit=Limit.TIME if out_of_time() else Limit.HEURISTIC,
             stats=stats,
         )
+
+
+class _ProcessPool:
+    """Worker processes forked with the model and engine (each inherits them once)."""
+
+    def __init__(self, model: PenaltyModel, engine: LocalEngine, workers: int) -> None:
+        self.workers = workers
+        context = multiprocessing.get_context("fork")
+        self.pool = cf.ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_start_worker, initargs=(model, engine)
+        )
+        self.pending: dict[cf.Future, Any] = {}
+
+    def free(self) -> bool:
+        return len(self.pending) < self.workers
+
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def submit(self, key: Any, *args: Any) -> None:
+        self.pending[self.pool.submit(_worker_run, *args)] = key
+
+    def next_done(self) -> tuple[Any, Attempt | BaseException]:
+        done, _ = cf.wait(self.pending, return_when=cf.FIRST_COMPLETED)
+        fut = next(iter(done))
+        key = self.pending.pop(fut)
+        try:
+            return key, fut.result()
+        except Exception as exc:
+            return key, exc
+
+    def close(self) -> None:
+        for fut in self.pending:
+            fut.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _RayPool:
+    """Ray tasks on the cluster ``ray.init()`` connects to (a local one if none is running): the
+    model and engine go to the object store once; ``workers`` (None: the cluster's CPUs) runs at a
+    time, so a cluster tries more weight vectors in the same time."""
+
+    def __init__(self, model: PenaltyModel, engine: LocalEngine, workers: int | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SolverUnavailableError("lagrange's ray executor needs Ray: pip install 'stratopt[ray]'") from None
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        self.ray = ray
+        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.shared = ray.put((model, engine))
+        self.remote = ray.remote(_ray_run)
+        self.pending: dict[Any, Any] = {}
+
+    def free(self) -> bool:
+        return len(self.pending) < self.workers
+
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def submit(self, key: Any, *args: Any) -> None:
+        self.pending[self.remote.remote(self.shared, *args)] = key
+
+    def next_done(self) -> tuple[Any, Attempt | BaseException]:
+        done, _ = self.ray.wait(list(self.pending), num_returns=1)
+        key = self.pending.pop(done[0])
+        try:
+            return key, self.ray.get(done[0])
+        except Exception as exc:
+            return key, exc
+
+    def close(self) -> None:
+        for ref in self.pending:
+            self.ray.cancel(ref, force=True)
 
 
 def _repairs(
