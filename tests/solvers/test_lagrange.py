@@ -164,6 +164,24 @@ def test_an_unknown_executor_is_refused():
         solve(_tight_problem(), "lagrange", executor="dask")
 
 
+def test_the_reductions_are_counted_in_stats():
+    """A chain of functional edges merges into one vertex before toulbar2 sees it, and the result
+    says so (followers merged, what is left)."""
+    f = 10**18
+    p = StrategyProblem(
+        [[0, 5], [1, 2], [3, 0]],
+        [(0, 1), (1, 2)],
+        [[[f, 4], [1, f]], [[0, f], [f, 7]]],
+        intervals=[[0, 2], [1, 3], [2, 4]],
+        usages=[[1, 2], [2, 1], [1, 1]],
+        usage_limit=3,
+    )
+    r = solve(p, "lagrange", workers=0, runs=2)
+    counts = r.stats["reductions"]
+    assert counts["followers_merged"] == 2 and counts["network_vertices"] == 1
+    assert r.objective == solve(p, "brute").objective
+
+
 def test_incumbents_are_feasible_and_improve():
     """Every assignment offered to ``incumbent`` is feasible, each cheaper than the one before."""
     seen = []

@@ -806,6 +806,8 @@ class Lagrange:
         engine = LocalEngine(problem)
         has_limit = engine.has_limit
         stats: dict[str, Any] = {"relevant_vertices": int(model.relevant.sum()), "scale": model.scale}
+        if model.network is not None:
+            stats["reductions"] = model.network.stats  # what the network toulbar2 gets lost, per reduction
         if has_limit and len(model.room) and model.room.min() < 0:
             stats["proof"] = "every vertex at its least usage still exceeds the limit"
             return Result(self.name, Status.INFEASIBLE, stats=stats)
