@@ -14,3 +14,5 @@ if not _installed("torch"):
     collect_ignore += ["src/stratopt/importers/pytorch.py", "tests/importers/models.py"]
 if not _installed("onnx"):
     collect_ignore.append("src/stratopt/importers/onnxfile.py")
+if not _installed("transformers"):
+    collect_ignore.append("src/stratopt/importers/hf.py")

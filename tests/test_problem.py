@@ -116,6 +116,27 @@ def test_float_costs_are_accepted():
     assert evaluate(p, [1]).objective == 1.25
 
 
+def test_numpy_tables_and_lists_build_the_same_problem():
+    """Cost tables given as numpy arrays (kept as arrays, not turned into Python numbers), nested
+    lists and flat lists, mixed in one problem, give the same flat costs and dtype as lists alone;
+    a float array among integer lists makes every cost a float, as a float in a list does."""
+    nodes = [[1, 2], [3, 4, 5], [6, 7]]
+    tables = [[[0, 1, 2], [3, 4, 5]], [[1, 1], [2, 2], [3, 3]]]
+    as_lists = StrategyProblem(nodes, [(0, 1), (1, 2)], [[x for row in t for x in row] for t in tables])
+    mixed = StrategyProblem(
+        [np.array(nodes[0]), nodes[1], np.array(nodes[2], dtype=np.uint8)],
+        [(0, 1), (1, 2)],
+        [np.array(tables[0], dtype=np.int32), tables[1]],
+    )
+    assert mixed.edge_flat.dtype == as_lists.edge_flat.dtype == np.int64
+    assert np.array_equal(mixed.node_flat, as_lists.node_flat)
+    assert np.array_equal(mixed.edge_flat, as_lists.edge_flat)
+    floats = StrategyProblem(nodes, [(0, 1), (1, 2)], [np.array(tables[0], dtype=np.float32), tables[1]])
+    assert floats.edge_flat.dtype == np.float64 and floats.edge_flat.tolist() == as_lists.edge_flat.tolist()
+    with pytest.raises(ModelError, match="must be numbers"):
+        StrategyProblem([np.array([True, False])])
+
+
 @pytest.mark.parametrize(
     ("assignment", "fragment"),
     [

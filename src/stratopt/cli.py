@@ -289,12 +289,15 @@ def _search_cmd(args: argparse.Namespace) -> int:
 
 
 def _import_cmd(args: argparse.Namespace) -> int:
-    """import a model (ONNX file) as an operator graph
+    """import a model (ONNX file or PyTorch entry point) as an operator graph
 
-    Read an ONNX model (shapes from ONNX shape inference), map its nodes to stratopt operators (products,
-    convolutions, norms, softmax, pooling, pointwise, layout), fold view-only nodes and fuse pointwise ones,
-    and optionally write the graph as stratopt-graph JSON. Unmapped operators are priced as elementwise work,
-    with a warning naming them. Any command taking a network also takes an ONNX file.
+    Read an ONNX model (shapes from ONNX shape inference), or call a Python function that returns a PyTorch
+    model and its example inputs (module:function, e.g. stratopt.importers.hf:llama_70b, or file.py:function;
+    build large models on the meta device) and trace it; map its nodes to stratopt operators (products,
+    convolutions, attention, mixture-of-experts layers, norms, softmax, pooling, pointwise, layout), fold
+    view-only nodes and fuse pointwise ones, and optionally write the graph as stratopt-graph JSON. Unmapped
+    operators are priced as elementwise work, with a warning naming them. Any command taking a network also
+    takes an ONNX file or an entry point.
     """
     from stratopt.graph.io import save_graph
     from stratopt.importers import describe
@@ -461,7 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=_positive(float, "inverse temperature"), default=BETA, metavar="B")
     _options(p, "time", "seed", "json", "pricing", limit="seconds (stops first)")
     p = _add(sub, _import_cmd)
-    p.add_argument("model", metavar="MODEL", help="an ONNX model file (.onnx), or any operator graph")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="an ONNX model file (.onnx), a Python entry point (module:function or file.py:function returning "
+        "a PyTorch model and its example inputs), or any operator graph",
+    )
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the operator graph here")
     p = _add(sub, _iopddl_cmd)
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")

@@ -1,4 +1,5 @@
-"""Resolve an INSTANCE argument: a built-in problem, a network in ``models/``, or a path.
+"""Resolve an INSTANCE argument: a built-in problem, a network in ``models/``, a path, or a Python
+entry point (``module:function`` returning a graph or a PyTorch model and its example inputs).
 
 Files are detected by content: an object with a ``problem`` field is an IOPDDL problem; one with
 ``"format": "stratopt-graph"`` is an operator graph (priced by :func:`stratopt.cost.build`); one with
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +28,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN",
     "catalogue",
+    "is_entry_point",
     "list_models",
     "list_placements",
+    "load_entry_point",
     "load_instance",
     "load_placement",
     "load_priced",
@@ -118,8 +122,83 @@ def _resolve(instance: str | os.PathLike[str]) -> tuple[str, Path]:
     networks = ", ".join(name for name, _ in list_models()) or "none found"
     jobs = ", ".join(name for name, _ in list_placements()) or "none found"
     raise ModelError(
-        f"{text}: no such file, built-in instance ({builtin}), network ({networks}) or placement job ({jobs})"
+        f"{text}: no such file, built-in instance ({builtin}), network ({networks}), placement job ({jobs}) "
+        "or Python entry point (module:function)"
     )
+
+
+_ENTRY_POINT = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]+\.py):(?P<function>[A-Za-z_]\w*)$")
+
+
+def is_entry_point(text: str) -> bool:
+    """Whether ``text`` names a Python entry point: ``package.module:function`` or ``file.py:function``.
+
+    >>> is_entry_point("stratopt.importers.hf:llama"), is_entry_point("models/gpt.json")
+    (True, False)
+    """
+    return _ENTRY_POINT.match(text) is not None
+
+
+def load_entry_point(text: str) -> Graph:
+    """The operator graph of a Python entry point (see :func:`is_entry_point`).
+
+    The function is called with no arguments and returns either an operator :class:`Graph` or a
+    pair ``(model, example_inputs)``, a PyTorch ``nn.Module`` and the tuple of tensors to run it on
+    (on the ``meta`` device for a model larger than memory), which :func:`stratopt.importers.from_torch`
+    imports. Every failure is a :class:`ModelError` naming the entry point.
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    match = _ENTRY_POINT.match(text)
+    if match is None:
+        raise ModelError(f"{text}: not an entry point (expected module:function or file.py:function)")
+    where, function = match["module"], match["function"]
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise ModelError(f"{text}: no such file {where}")
+            spec = importlib.util.spec_from_file_location(f"_stratopt_entry_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ModelError(f"{text}: cannot load {where} as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ModelError:
+        raise
+    except Exception as exc:  # the user's module: any error on import is theirs to see, in one line
+        raise ModelError(f"{text}: cannot import {where} ({type(exc).__name__}: {_first_line(exc)})") from None
+    target = getattr(module, function, None)
+    if target is None:
+        raise ModelError(f"{text}: {where} has no attribute {function!r}")
+    try:
+        made = target() if callable(target) else target
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{text}: calling {function}() failed ({type(exc).__name__}: {_first_line(exc)})") from None
+    if isinstance(made, Graph):
+        return made
+    if isinstance(made, tuple) and len(made) == 2:
+        from stratopt.importers import from_torch
+
+        model, inputs = made
+        return from_torch(model, inputs, name=function)
+    raise ModelError(
+        f"{text}: {f'{function}() returned' if callable(target) else f'{function} is a'} {type(made).__name__}; "
+        "expected an operator Graph or (model, example_inputs), or a function returning one"
+    )
+
+
+_ENTRY_GRAPHS: dict[str, Graph] = {}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
 def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
@@ -134,6 +213,11 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
     >>> len(load_instance("alexnet"))
     14
     """
+    text = os.fspath(instance)
+    if text not in BUILTIN and not Path(text).exists() and is_entry_point(text):
+        if text not in _ENTRY_GRAPHS:  # a command may ask twice; a 70B model imports once
+            _ENTRY_GRAPHS[text] = load_entry_point(text)
+        return _ENTRY_GRAPHS[text]
     text, path = _resolve(instance)
     if path.suffix.lower() == ".onnx":
         from stratopt.importers import from_onnx

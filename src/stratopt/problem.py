@@ -50,24 +50,33 @@ _INT64_SAFE = 2**62
 Number = int | float
 
 
-def _as_number_array(values: list[Any], what: str) -> np.ndarray:
-    """One flat int64 array for integer input, float64 otherwise (an empty list is integral)."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    try:
-        arr = np.asarray(values)
-    except (ValueError, TypeError) as exc:
-        raise ModelError(f"{what} must be numbers ({exc})") from None
-    if arr.dtype == object:  # integers beyond int64 or mixed junk
+def _as_number_array(chunks: list[Any], what: str) -> np.ndarray:
+    """One flat int64 array for integer input, float64 otherwise (no values at all are integral).
+
+    ``chunks`` are Python lists of numbers and flat numpy arrays (what :func:`_flatten` returns).
+    """
+    arrays = []
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
         try:
-            arr = np.asarray(values, dtype=np.float64)
-        except (ValueError, TypeError):
-            raise ModelError(f"{what} must be numbers") from None
-    if arr.dtype == bool or arr.dtype.kind not in "iuf":
-        raise ModelError(f"{what} must be numbers, found {arr.dtype.name} values")
+            arr = chunk if isinstance(chunk, np.ndarray) else np.asarray(chunk)
+        except (ValueError, TypeError) as exc:
+            raise ModelError(f"{what} must be numbers ({exc})") from None
+        if arr.dtype == object:  # integers beyond int64 or mixed junk
+            try:
+                arr = np.asarray(chunk, dtype=np.float64)
+            except (ValueError, TypeError):
+                raise ModelError(f"{what} must be numbers") from None
+        if arr.dtype == bool or arr.dtype.kind not in "iuf":
+            raise ModelError(f"{what} must be numbers, found {arr.dtype.name} values")
+        if arr.dtype.kind == "u":
+            arr = arr.astype(np.float64) if int(arr.max()) >= 2**63 else arr.astype(np.int64)
+        arrays.append(arr.ravel())
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    arr = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     if arr.dtype.kind in "iu":
-        if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
-            return arr.astype(np.float64)
         return arr.astype(np.int64, copy=False)
     return arr.astype(np.float64, copy=False)
 
@@ -76,8 +85,11 @@ def _flatten(items: Sequence[Any], shapes: Sequence[tuple[int, ...]], label: Any
     """Concatenate per-item cost vectors or matrices, checking each one's shape.
 
     ``label(i)`` names item ``i`` in error messages. Items may be flat sequences (row-major for a
-    matrix, as IOPDDL stores them) or nested sequences / arrays of the exact shape.
+    matrix, as IOPDDL stores them) or nested sequences / arrays of the exact shape. Returns the
+    values as chunks (Python lists, and numeric numpy arrays kept as arrays, so that a priced
+    network's tables are not turned into Python numbers and back) and each item's size.
     """
+    chunks: list[Any] = []
     flat: list[Any] = []
     sizes = np.empty(len(items), dtype=np.int64)
     for i, (item, shape) in enumerate(zip(items, shapes, strict=True)):
@@ -98,9 +110,17 @@ def _flatten(items: Sequence[Any], shapes: Sequence[tuple[int, ...]], label: Any
                 want = "x".join(map(str, shape))
                 noun = "cost matrix" if len(shape) == 2 else "list"
                 raise ModelError(f"{label(i)}: {noun} is {got}, expected {want}")
-            flat.extend(arr.ravel().tolist())
+            if arr.dtype.kind in "iuf" and arr.dtype != bool:
+                if flat:
+                    chunks.append(flat)
+                    flat = []
+                chunks.append(arr.ravel())
+            else:
+                flat.extend(arr.ravel().tolist())
         sizes[i] = expected
-    return flat, sizes
+    if flat:
+        chunks.append(flat)
+    return chunks, sizes
 
 
 def _shape_text(got: int, shape: tuple[int, ...]) -> str:

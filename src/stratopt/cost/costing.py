@@ -35,6 +35,7 @@ __all__ = [
     "build",
     "config_label",
     "default_machine",
+    "signature",
 ]
 
 #: Cost profiles by name.
@@ -93,6 +94,7 @@ class Costing:
             f"{self.graph.name}: {p.num_vertices} operators, {p.num_edges} edges, p = {self.policy.procs}, "
             f"profile {self.profile.name} on {self.profile.machine.name}; {s['choices_min']}-{s['choices_max']} "
             f"configurations per operator ({s['choices_total']} in all), priced in {self.build_time:.2f} s"
+            + (f" ({s['priced_operators']} distinct operators)" if s["priced_operators"] < p.num_vertices else "")
         )
 
     def describe(self, assignment: Iterable[int] | None = None) -> dict[str, Any]:
@@ -142,6 +144,29 @@ class Costing:
                 }
             )
         return rows
+
+
+def signature(op: Operator) -> tuple[Any, ...]:
+    """What an operator's configurations and costs depend on: everything but its name and where
+    its inputs come from. Two layers of a Transformer with the same shapes have the same signature.
+
+    >>> from stratopt.graph import GraphBuilder
+    >>> g = GraphBuilder("t"); x = g.input((8, 16)); _ = g.fc(x, 16); _ = g.fc(x, 16, name="other")
+    >>> a, b = g.build().operators
+    >>> signature(a) == signature(b), a.name == b.name
+    (True, False)
+    """
+    return (
+        op.op,
+        op.axes,
+        op.sizes,
+        tuple((i.use, i.param, i.source is None) for i in op.inputs),
+        op.outputs,
+        tuple(sorted(op.locked)),
+        op.pointwise,
+        repr(sorted(op.attrs.items())),
+        op.contiguous,
+    )
 
 
 def _profile(profile: str | Any, machine: Machine) -> Any:
@@ -214,15 +239,35 @@ def build(
         cutoff = DEFAULT_CUTOFF if graph.cutoff is None else graph.cutoff
     policy = ConfigPolicy(int(procs), powers_of_two=powers_of_two, exact=exact, cutoff=cutoff)
     ops = graph.operators
-    configs = tuple(configurations(op, policy) for op in ops)
-    vcosts = tuple(prof.vertex(op, cfg) for op, cfg in zip(ops, configs, strict=True))
+    # Repeated blocks are priced once: operators with the same signature (kind, domain, tensors,
+    # attributes) share their configurations, costs and labels, and edges between the same pair of
+    # signatures share one cost table (the same array object).
+    shared = isinstance(prof, DefaultProfile | PaseProfile)  # a user's profile may price by name
+    keys = [signature(op) if shared else (v,) for v, op in enumerate(ops)]
+    first: dict[Any, int] = {}
+    for v, key in enumerate(keys):
+        first.setdefault(key, v)
+    unique_configs = {key: configurations(ops[v], policy) for key, v in first.items()}
+    configs = tuple(unique_configs[key] for key in keys)
+    unique_costs = {key: prof.vertex(ops[v], unique_configs[key]) for key, v in first.items()}
+    vcosts = tuple(unique_costs[key] for key in keys)
     edges = tuple(graph.edges())
     matrices = []
+    tables: dict[Any, np.ndarray] = {}
     for u, v, i in edges:
-        consumed = ops[v].inputs[i]
-        produced = ops[u].outputs[consumed.output]
-        matrices.append(prof.edge(ops[u], produced, configs[u], ops[v], consumed.use, configs[v]))
-    labels = [[config_label(op, row) for row in cfg.tolist()] for op, cfg in zip(ops, configs, strict=True)]
+        key = (keys[u], keys[v], i)
+        table = tables.get(key)
+        if table is None:
+            consumed = ops[v].inputs[i]
+            produced = ops[u].outputs[consumed.output]
+            table = prof.edge(ops[u], produced, configs[u], ops[v], consumed.use, configs[v])
+            table.setflags(write=False)
+            tables[key] = table
+        matrices.append(table)
+    unique_labels = {
+        key: [config_label(ops[v], row) for row in unique_configs[key].tolist()] for key, v in first.items()
+    }
+    labels = [unique_labels[key] for key in keys]
     usage: dict[str, Any] = {}
     if memory_gb is not None:
         usage = {
@@ -248,5 +293,7 @@ def build(
         "choices_total": int(sum(ks)),
         "edge_entries": int(sum(m.size for m in matrices)),
         "log10_space": float(sum(math.log10(k) for k in ks)),
+        "priced_operators": len(first),
+        "priced_edges": len(tables),
     }
     return Costing(graph, prof, policy, configs, vcosts, edges, problem, memory_gb, time.perf_counter() - start, stats)

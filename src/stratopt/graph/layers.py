@@ -271,32 +271,126 @@ class GraphBuilder:
         *,
         stride: int | Sequence[int] = 1,
         pad: int | Sequence[int] = 0,
+        groups: int = 1,
         pointwise: int = 0,
         name: str | None = None,
     ) -> TensorRef:
-        """2-D convolution ``(b, c, h, w) * (n, c, r, s)``, an im2col GEMM with m = b h w,
-        n = n, k = c r s. Spatial axes are locked (as PaSE: no halo exchange for convolutions)."""
+        """2-D convolution ``(b, c, h, w) * (n, c / groups, r, s)``, an im2col GEMM with m = b h w,
+        n = n, k = c r s. Spatial axes are locked (as PaSE: no halo exchange for convolutions).
+
+        A grouped convolution (``groups > 1``; depthwise when groups = channels) is a batched GEMM
+        with the group as its batch axis ``g``: the channels are (g, c) and the filters (g, n).
+        """
         if len(x) != 4 or len(filters) != 4:
             raise ModelError("conv: expected a (b, c, h, w) image and (n, c, r, s) filters")
         bb, c, h, w = x.shape
         nf, cf, r, s = (int(v) for v in filters)
-        if cf != c:
-            raise ModelError(f"conv: the image has {c} channels but the filters expect {cf}")
+        if groups < 1 or c % groups or nf % groups:
+            raise ModelError(f"conv: {groups} groups do not divide {c} channels and {nf} filters")
+        if cf * groups != c:
+            raise ModelError(f"conv: the image has {c} channels but the filters expect {cf * groups}")
         ho, wo = conv_output_size(h, w, r, s, stride, pad)
         if ho < 1 or wo < 1:
             raise ModelError(f"conv: a {r}x{s} filter does not fit a {h}x{w} image")
-        weights = self.input((nf, c, r, s), param=True)
+        weights = self.input((nf, cf, r, s), param=True)
+        if groups == 1:
+            return self._add(
+                "conv",
+                name,
+                "conv",
+                ["b", "c", "h", "w", "r", "s", "n"],
+                [bb, c, ho, wo, r, s, nf],
+                [(x, axes_groups("bchw")), (weights, axes_groups("ncrs"))],
+                [((bb, nf, ho, wo), axes_groups("bnhw"))],
+                locked=["h", "w"],
+                pointwise=pointwise,
+                attrs={"batch": [], "m": ["b", "h", "w"], "n": ["n"], "k": ["c", "r", "s"]},
+            )[0]
         return self._add(
             "conv",
             name,
             "conv",
-            ["b", "c", "h", "w", "r", "s", "n"],
-            [bb, c, ho, wo, r, s, nf],
-            [(x, axes_groups("bchw")), (weights, axes_groups("ncrs"))],
-            [((bb, nf, ho, wo), axes_groups("bnhw"))],
+            ["b", "g", "c", "h", "w", "r", "s", "n"],
+            [bb, groups, cf, ho, wo, r, s, nf // groups],
+            [(x, [["b"], ["g", "c"], ["h"], ["w"]]), (weights, [["g", "n"], ["c"], ["r"], ["s"]])],
+            [((bb, nf, ho, wo), [["b"], ["g", "n"], ["h"], ["w"]])],
             locked=["h", "w"],
             pointwise=pointwise,
-            attrs={"batch": [], "m": ["b", "h", "w"], "n": ["n"], "k": ["c", "r", "s"]},
+            attrs={"batch": ["g"], "m": ["b", "h", "w"], "n": ["n"], "k": ["c", "r", "s"], "groups": groups},
+        )[0]
+
+    def moe(
+        self,
+        x: TensorRef,
+        experts: int,
+        top_k: int,
+        ffn: int,
+        *,
+        gated: bool = True,
+        gates: TensorRef | None = None,
+        name: str | None = None,
+    ) -> TensorRef:
+        """A mixture-of-experts feed-forward layer over ``(tokens, hidden)``: each token goes to
+        ``top_k`` of ``experts`` expert MLPs (hidden -> ``ffn`` -> hidden; ``gated``: SwiGLU, two
+        up projections). Four operators, named ``<name>.dispatch``, ``.up``, ``.down``, ``.combine``:
+
+        - dispatch: the tokens into per-expert slots, a ``(e, c, h)`` tensor with c =
+          ceil(tokens x top_k / experts) slots per expert. Its input's token axis is the slot axis
+          ``c``, so with the tokens split and the slots split the same way it moves nothing.
+        - up and down: the experts' products, batched GEMMs with the expert axis ``e`` as batch;
+          splitting ``e`` is expert parallelism (each device holds its experts' weights).
+        - combine: the slots back to the tokens, weighted by the router's ``gates``.
+
+        Between a token-split dispatch and an expert-split product the slots change layout from c
+        to e: the all-to-all of expert parallelism, priced as any other re-layout.
+        """
+        if len(x) != 2:
+            raise ModelError(f"moe: expected a (tokens, hidden) input, got {list(x.shape)}")
+        if experts < 1 or not 1 <= top_k <= experts or ffn < 1:
+            raise ModelError(f"moe: need 1 <= top_k ({top_k}) <= experts ({experts}) and ffn >= 1")
+        base = self._name("moe", name)
+        tokens, hidden = x.shape
+        slots = -(-tokens * top_k // experts)
+        (routed,) = self._add(
+            "dispatch",
+            f"{base}.dispatch",
+            "elementwise",
+            ["e", "c", "h"],
+            [experts, slots, hidden],
+            [(x, [["c"], ["h"]])],
+            [((experts, slots, hidden), [["e"], ["c"], ["h"]])],
+        )
+        width = 2 * ffn if gated else ffn
+        up = self.einsum(
+            "ech,ehf->ecf", routed, self.input((experts, hidden, width), param=True), name=f"{base}.up", pointwise=1
+        )
+        if gated:  # act(gate) * up: a pointwise product of the two halves
+            (up,) = self._add(
+                "glu",
+                f"{base}.glu",
+                "elementwise",
+                ["e", "c", "f"],
+                [experts, slots, ffn],
+                [(up, [["e"], ["c"], ["f"]])],
+                [((experts, slots, ffn), [["e"], ["c"], ["f"]])],
+                pointwise=1,
+            )
+        down = self.einsum("ecf,efh->ech", up, self.input((experts, ffn, hidden), param=True), name=f"{base}.down")
+        # The expert axis is a locked domain axis here: every slot of a token's row is read, and
+        # the domain is as large as the work (tokens x top_k x hidden).
+        inputs: list[tuple[TensorRef, Sequence[Sequence[str]]]] = [(down, [["e"], ["c"], ["h"]])]
+        if gates is not None and len(gates) == 2 and gates.shape[0] == tokens:
+            inputs.append((gates, [["c"], []]))
+        return self._add(
+            "combine",
+            f"{base}.combine",
+            "elementwise",
+            ["e", "c", "h"],
+            [experts, slots, hidden],
+            inputs,
+            [((tokens, hidden), [["c"], ["h"]])],
+            locked=["e"],
+            pointwise=1,
         )[0]
 
     def lstm(self, x: TensorRef, units: int, layers: int = 1, *, name: str | None = None) -> TensorRef:

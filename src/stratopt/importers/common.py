@@ -6,8 +6,10 @@ An importer turns its framework's graph into :class:`Node` records in topologica
 inference, ``contiguous``, identity), ``unary`` (a pointwise function of one tensor, or of one
 tensor and constants), ``add`` (a pointwise function of two tensors), ``fc``, ``conv``, ``matmul``,
 ``embedding``, ``layernorm``, ``batchnorm``, ``softmax``, ``pool``, ``reduce_mean``, ``reshape``,
-``transpose``, ``concat``, ``lstm``, ``einsum``, and ``other`` (anything unmapped, which becomes an
-elementwise-cost operator and a warning naming it).
+``transpose``, ``concat``, ``lstm``, ``einsum``, ``sdpa`` (scaled dot-product attention, grouped-query
+included), ``moe`` (a mixture-of-experts layer), ``move`` (known data movement and selection: slicing,
+gathers, ``where``, ``topk``, expansion; elementwise-cost work over its output, no warning), and
+``other`` (anything unmapped, which becomes an elementwise-cost operator and a warning naming it).
 
 Folding: a ``unary`` node after an operator that can fuse pointwise work (products, convolutions,
 pointwise operators) adds one to that operator's ``pointwise`` count instead of becoming a vertex;
@@ -29,7 +31,9 @@ from stratopt.graph.layers import GraphBuilder, TensorRef
 
 __all__ = ["Node", "UnmappedOperatorWarning", "emit", "flops"]
 
-_FUSES = {"fc", "conv", "matmul", "einsum", "add", "unary", "other"}
+_FUSES = {"fc", "conv", "matmul", "einsum", "add", "unary", "other", "move", "sdpa", "moe"}
+#: Kinds whose loss would lose dense flops: a warning when the builder refuses one.
+_PRODUCTS = {"fc", "conv", "matmul", "einsum", "sdpa", "moe", "embedding", "lstm"}
 
 
 class UnmappedOperatorWarning(UserWarning):
@@ -93,7 +97,7 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
         if out is None:
             if n.kind == "param":
                 continue
-            if n.kind not in ("unary", "add") or "why" in n.attrs:
+            if n.kind == "other" or n.kind in _PRODUCTS or "why" in n.attrs:
                 label = str(n.attrs.get("op", n.kind))
                 unmapped[label] = unmapped.get(label, 0) + 1
             out = _generic(g, n, [real(x) for x in n.inputs], env, pointwise.get(n.name, 0))
@@ -120,31 +124,72 @@ def _emit_one(
         return None
     if kind == "fc" and len(tensors) == 1:
         return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
-    if kind == "conv" and len(tensors) == 1 and params and a.get("groups", 1) == 1:
+    if kind == "fc" and len(tensors) == 2 and len(tensors[1]) == 2:  # F.linear(x, w) with a computed w
+        return g.einsum(_linear_equation(len(tensors[0])), tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+    if kind == "conv" and len(tensors) == 1 and params:
         x = tensors[0]
         weight = params[0].shape
-        if len(weight) != 4:
+        if len(weight) != 4 or isinstance(a.get("pad", 0), str) or _pair(a.get("dilation", 1)) != (1, 1):
             return None
-        return g.conv(x, weight, stride=a.get("stride", 1), pad=a.get("pad", 0), pointwise=pw, name=_safe(n.name))
+        return g.conv(
+            x,
+            weight,
+            stride=_pair(a.get("stride", 1)),
+            pad=_pair(a.get("pad", 0)),
+            groups=int(a.get("groups", 1)),
+            pointwise=pw,
+            name=_safe(n.name),
+        )
     if kind == "matmul":
-        if len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2:
+        same_batch = len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2
+        if same_batch and tensors[0].shape[:-2] == tensors[1].shape[:-2]:
             return g.matmul(tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+        if len(tensors) == 2 and len(tensors[0]) > 2 and len(tensors[1]) == 2:
+            eq = _linear_equation(len(tensors[0])).replace(",nk->", ",kn->")
+            return g.einsum(eq, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
         if len(tensors) == 1 and params and len(params[0].shape) == 2 and ins[0] in env:
             return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
         return None
+    if kind == "sdpa" and len(tensors) >= 3 and all(x in env for x in ins[:3]):
+        q, k, v = (env[x] for x in ins[:3])
+        return attention(g, _safe(n.name), q, k, v, pointwise=pw + (1 if len(ins) > 3 else 0))
+    if kind == "moe" and tensors and len(params) >= 2:
+        up, down = params[0].shape, params[-1].shape
+        x = tensors[0]
+        if len(x) != 2 or len(up) != 3 or len(down) != 3:
+            return None
+        hidden = x.shape[-1]
+        width = up[1] if up[2] == hidden else up[2]
+        ffn = down[2] if down[1] == hidden else down[1]
+        if width not in (ffn, 2 * ffn):
+            return None
+        gates = tensors[-1] if len(tensors) > 1 and tensors[-1].shape[0] == x.shape[0] else None  # the weights
+        return g.moe(x, up[0], int(a.get("top_k", 1)), ffn, gated=width == 2 * ffn, gates=gates, name=_safe(n.name))
     if kind == "einsum" and len(tensors) == 2:
         return g.einsum(a["equation"], tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
-    if kind == "embedding" and tensors and tensors[0].source is None and params:
-        vocab, dim = params[0].shape
-        return g.embedding(tensors[0], vocab, dim, name=_safe(n.name))
+    if kind == "embedding" and params and len(params[-1].shape) == 2:
+        vocab, dim = params[-1].shape
+        if tensors and tensors[0].source is None:
+            return g.embedding(tensors[0], vocab, dim, name=_safe(n.name))
+        if not tensors and ins and nodes.get(ins[0]) is params[0] and len(params) == 2:  # constant ids
+            return g.embedding(g.input(params[0].shape), vocab, dim, name=_safe(n.name))
+        return None
     if kind in ("layernorm", "batchnorm", "softmax") and len(tensors) == 1:
         if kind == "layernorm":
-            return g.layernorm(tensors[0], name=_safe(n.name))
+            return g.layernorm(tensors[0], int(a.get("axis", -1)), name=_safe(n.name))
         if kind == "batchnorm":
             return g.batchnorm(tensors[0], name=_safe(n.name))
         return g.softmax(tensors[0], a.get("axis", -1), name=_safe(n.name))
-    if kind == "pool" and len(tensors) == 1 and len(tensors[0]) == 4:
-        return g.pooling(tensors[0], a["window"], stride=a.get("stride", 1), pad=a.get("pad", 0), name=_safe(n.name))
+    if kind == "pool" and len(tensors) == 1 and len(tensors[0]) == 4 and len(n.shape) == 4:
+        window, stride = a.get("window"), a.get("stride")
+        if str(a.get("op", "")).startswith("adaptive") or window is None:  # the window the sizes imply
+            (h, w), (oh, ow) = tensors[0].shape[2:], n.shape[2:]
+            if h % oh or w % ow:
+                return None
+            window = stride = (h // oh, w // ow)
+        return g.pooling(
+            tensors[0], _pair(window), stride=_pair(stride or window), pad=_pair(a.get("pad", 0)), name=_safe(n.name)
+        )
     if kind == "reduce_mean" and len(tensors) == 1:
         return g.reduce_mean(tensors[0], a.get("axes"), keepdims=a.get("keepdims", False), name=_safe(n.name))
     if kind == "add" and len(tensors) == 2 and tensors[0].shape == tensors[1].shape == n.shape:
@@ -179,10 +224,52 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
     shape = n.shape or (1,)
     if not n.shape:
         axes = ["d0"]
-    kind = "other" if n.kind not in ("unary", "add") or "why" in n.attrs else n.kind
+    kind = "other" if n.kind in _PRODUCTS or n.kind == "other" or "why" in n.attrs else n.kind
+    kind = kind if kind in ("unary", "add", "move", "other") else "move"
     (out,) = g._add(
         kind, _safe(n.name), "elementwise", axes, shape, inputs, [(shape, [[a] for a in axes])], pointwise=pw
     )
+    return out
+
+
+def _pair(x: Any) -> tuple[int, int]:
+    if isinstance(x, list | tuple):
+        return (int(x[0]), int(x[-1]))
+    return (int(x), int(x))
+
+
+def _linear_equation(rank: int) -> str:
+    """The einsum of ``x @ w.T`` for an ``rank``-d ``x`` and a 2-d ``w`` (n, k)."""
+    lead = "abcdefgh"[: rank - 1]
+    return f"{lead}k,nk->{lead}n"
+
+
+def attention(g: GraphBuilder, name: str, q: TensorRef, k: TensorRef, v: TensorRef, *, pointwise: int = 1) -> TensorRef:
+    """``softmax(q k^T * scale) v`` over ``(..., heads, seq, dim)`` tensors, as what it computes:
+    two batched products and a softmax (``<name>.scores``, ``<name>.softmax``, ``<name>``).
+
+    Grouped-query attention (k and v with fewer heads than q, each serving a group of q heads) is
+    the same products with the group as an axis of q's side: q is reshaped to (..., kv heads,
+    group, seq, dim), so no copy of k or v is priced. ``pointwise`` counts the fused scale (and mask).
+    """
+    if not (len(q) == len(k) == len(v) >= 3) or q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
+        raise ModelError(f"attention: shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)} do not attend")
+    if q.shape[-1] != k.shape[-1] or q.shape[-3] % k.shape[-3]:
+        raise ModelError(f"attention: q {list(q.shape)} and k {list(k.shape)} do not multiply")
+    lead = "ABCDEF"[: len(q) - 3]
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    group = heads // kv_heads
+    if group == 1:
+        s_eq, o_eq = f"{lead}hsd,{lead}htd->{lead}hst", f"{lead}hst,{lead}hte->{lead}hse"
+        qq = q
+    else:
+        s_eq, o_eq = f"{lead}hgsd,{lead}htd->{lead}hgst", f"{lead}hgst,{lead}hte->{lead}hgse"
+        qq = g.reshape(q, (*q.shape[:-3], kv_heads, group, *q.shape[-2:]), name=f"{name}.groups")
+    scores = g.einsum(s_eq, qq, k, pointwise=pointwise, name=f"{name}.scores")
+    probs = g.softmax(scores, -1, name=f"{name}.softmax")
+    out = g.einsum(o_eq, probs, v, name=name if group == 1 else f"{name}.grouped")
+    if group > 1:
+        out = g.reshape(out, (*q.shape[:-1], v.shape[-1]), name=name)
     return out
 
 

@@ -1,16 +1,19 @@
 """Import a PyTorch ``nn.Module`` (optional extra ``torch``): torch.fx symbolic tracing with shape
-propagation on example inputs, falling back to ``torch.export`` where fx cannot trace."""
+propagation on example inputs, falling back to running the model under an eager tracer
+(:mod:`stratopt.importers.trace`) where fx cannot trace (third-party code, meta-device models)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.importers.common import Node, emit, first_line
+from stratopt.importers.trace import trace
 
-__all__ = ["from_torch"]
+__all__ = ["from_torch", "reference_flops"]
 
 _UNARY_FUNCS = {
     "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "neg", "abs", "erf",
@@ -51,17 +54,24 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, name: str | None =
     example = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
     label = name or type(module).__name__
     module = module.eval()
+    config: Any = getattr(module, "config", None)
+    cached = getattr(config, "use_cache", None)
+    if cached:  # a Hugging Face model: no key/value cache (inference-only state) in the graph
+        config.use_cache = False
     try:
         nodes = _from_fx(torch, module, example)
     except ModelError:
         raise
     except Exception as fx_error:  # symbolic tracing fails on data-dependent control flow
         try:
-            nodes = _from_export(torch, module, example)
+            nodes = trace(torch, module, example)
         except Exception as exc:
             raise ModelError(
-                f"{label}: cannot trace the model (torch.fx: {first_line(fx_error)}; torch.export: {first_line(exc)})"
+                f"{label}: cannot trace the model (torch.fx: {first_line(fx_error)}; running it: {first_line(exc)})"
             ) from None
+    finally:
+        if cached:
+            config.use_cache = cached
     return emit(label, nodes, source=f"imported from PyTorch ({type(module).__name__})")
 
 
@@ -207,56 +217,48 @@ def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]
 
 
 def _attention(node: Any, ins: list[str], shape: tuple[int, ...]) -> list[Node]:
-    """scaled_dot_product_attention(q, k, v) as what it computes: softmax(q k^T * scale) v."""
-    q, k = (_shape(a) for a in node.args[:2])
-    if q is None or k is None or len(ins) < 3 or node.kwargs.get("attn_mask") is not None:
-        return [Node(node.name, "other", ins, shape, {"op": "scaled_dot_product_attention"})]
-    perm = [*range(len(k) - 2), len(k) - 1, len(k) - 2]
-    kt = (*k[:-2], k[-1], k[-2])
-    scores = (*q[:-1], k[-2])
-    base = node.name
-    return [
-        Node(f"{base}_kT", "transpose", [ins[1]], kt, {"op": "sdpa", "perm": perm}),
-        Node(f"{base}_scores", "matmul", [ins[0], f"{base}_kT"], scores, {"op": "sdpa"}),
-        Node(f"{base}_scale", "unary", [f"{base}_scores"], scores, {"op": "sdpa"}),
-        Node(f"{base}_softmax", "softmax", [f"{base}_scale"], scores, {"op": "sdpa", "axis": -1}),
-        Node(base, "matmul", [f"{base}_softmax", ins[2]], shape, {"op": "sdpa"}),
-    ]
+    """scaled_dot_product_attention(q, k, v[, mask]) (see :func:`~stratopt.importers.common.attention`)."""
+    return [Node(node.name, "sdpa", ins, shape, {"op": "scaled_dot_product_attention"})]
 
 
-def _from_export(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
-    """torch.export's ATen graph, mapped by ATen op name."""
-    program = torch.export.export(module, example)
-    gm = program.graph_module
-    params = set(program.graph_signature.inputs_to_parameters) | set(program.graph_signature.inputs_to_buffers)
-    nodes: list[Node] = []
-    aten = {
-        "linear": "fc", "addmm": "fc", "mm": "matmul", "bmm": "matmul", "matmul": "matmul",
-        "convolution": "conv", "conv2d": "conv", "embedding": "embedding", "native_layer_norm": "layernorm",
-        "layer_norm": "layernorm", "_softmax": "softmax", "softmax": "softmax", "view": "reshape",
-        "reshape": "reshape", "_unsafe_view": "reshape", "permute": "transpose", "cat": "concat",
-        "clone": "view", "dropout": "view", "relu": "unary", "gelu": "unary", "add": "add", "mul": "add",
-    }  # fmt: skip
-    for node in gm.graph.nodes:
-        shape = _shape(node)
-        if shape is None or node.op == "output":
-            continue
-        ins = [a.name for a in node.all_input_nodes]
-        if node.op == "placeholder":
-            nodes.append(Node(node.name, "param" if node.name in params else "input", [], shape))
-            continue
-        opname = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-        kind = aten.get(opname, "other")
-        attrs: dict[str, Any] = {"op": f"aten.{opname}"}
-        if kind == "add" and sum(1 for a in node.all_input_nodes if a.name not in params) < 2:
-            kind = "unary"
-        if kind == "transpose":
-            attrs["perm"] = [int(d) for d in node.args[1]]
-        if kind == "concat":
-            attrs["axis"] = int(node.args[1]) if len(node.args) > 1 else 0
-        if kind == "softmax":
-            attrs["axis"] = int(node.args[1])
-        if kind == "conv":
-            attrs.update(stride=tuple(node.args[3]), pad=tuple(node.args[4]), groups=int(node.args[-1]))
-        nodes.append(Node(node.name, kind, ins, shape, attrs))
-    return nodes
+def reference_flops(module: Any, example_inputs: Sequence[Any]) -> float:
+    """PyTorch's own count of ``module``'s forward flops on ``example_inputs``
+    (:class:`torch.utils.flop_counter.FlopCounterMode`: products, convolutions and attention).
+
+    On the CPU, scaled dot-product attention runs as
+    ``aten._scaled_dot_product_flash_attention_for_cpu``, which the counter has no formula for; it
+    is given one here (the same two products as the CUDA kernels' formula), so attention is counted.
+    So is ``aten._grouped_mm``, the grouped product ``transformers`` runs mixture-of-experts layers
+    with (2 flops per multiply-add of every routed row).
+
+    >>> import torch
+    >>> reference_flops(torch.nn.Linear(16, 8), (torch.randn(4, 16),))
+    1024.0
+    """
+    torch = _require_torch()
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+    mapping: dict[Any, Any] = {}
+    cpu_sdpa = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if cpu_sdpa is not None:
+
+        def cpu_attention(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+            return int(flop_counter.sdpa_flop_count(query, key, value))
+
+        mapping[cpu_sdpa] = cpu_attention
+    grouped = getattr(aten, "_grouped_mm", None)
+    if grouped is not None:
+
+        def grouped_products(a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+            # (rows, k) x (groups, k, n) with each row in one group: 2 flops per multiply-add
+            if len(a) == 2 and len(b) == 3:
+                return 2 * a[0] * a[1] * b[2]
+            return 2 * math.prod(out_shape) * a[-1]
+
+        mapping[grouped] = grouped_products
+    example = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
+    counter = flop_counter.FlopCounterMode(display=False, custom_mapping=mapping)
+    with torch.no_grad(), counter:
+        module.eval()(*example)
+    return float(counter.get_total_flops())

@@ -1,0 +1,163 @@
+"""Third-party model code: Hugging Face models import with every product priced, on the CPU and on
+the meta device; mixture-of-experts and grouped-query attention map to what they compute; repeated
+blocks are priced once; entry points reach the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from stratopt.cli import main  # noqa: E402
+from stratopt.cost import build  # noqa: E402
+from stratopt.cost.default import DefaultProfile  # noqa: E402
+from stratopt.errors import ModelError  # noqa: E402
+from stratopt.graph import GraphBuilder  # noqa: E402
+from stratopt.importers import flops, from_torch, hf  # noqa: E402
+from stratopt.importers.pytorch import reference_flops  # noqa: E402
+from stratopt.instances import load_entry_point  # noqa: E402
+from stratopt.machine import get_machine  # noqa: E402
+from stratopt.problem import evaluate  # noqa: E402
+from stratopt.solvers import solve_auto  # noqa: E402
+
+
+def signature(graph):
+    return [(op.op, op.sizes, op.pointwise, len(op.inputs)) for op in graph.operators]
+
+
+@pytest.mark.parametrize("name", sorted(hf.SMALL))
+def test_every_product_is_priced(name: str) -> None:
+    """Each family imports with no unmapped operator (a warning fails the test: pytest turns warnings
+    into errors), and the dense products the graph prices carry PyTorch's own count of the forward
+    flops (products, convolutions, attention, grouped expert products) to within 0.1%."""
+    model, inputs = hf.SMALL[name]()
+    graph = from_torch(model, inputs, name=name)
+    assert flops(graph) == pytest.approx(reference_flops(model, inputs), rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["llama", "resnet"])
+def test_imported_models_price_and_solve(name: str) -> None:
+    """An imported decoder and an imported CNN price and solve exactly; the answer re-evaluates."""
+    model, inputs = hf.SMALL[name](layers=1) if name == "llama" else hf.SMALL[name]()
+    costing = build(from_torch(model, inputs), 4)
+    result = solve_auto(costing.problem)
+    assert result.status.value == "optimal"
+    assert evaluate(costing.problem, result.assignment).objective == pytest.approx(result.objective)
+
+
+def test_meta_device_imports_the_same_graph() -> None:
+    """A model built on the meta device (no memory for weights, no values) imports to the same
+    operators, shapes and pointwise counts as the same model on the CPU, though transformers runs
+    another path there (an explicit causal mask, and keys and values repeated per query head, which
+    the importer folds back into grouped-query attention)."""
+    on_cpu = from_torch(*hf.llama(layers=2), name="m")
+    on_meta = from_torch(*hf.llama(layers=2, device="meta"), name="m")
+    assert signature(on_meta) == signature(on_cpu)
+    assert not any(p.device.type != "meta" for p in hf.llama(layers=1, device="meta")[0].parameters())
+
+
+def test_grouped_query_attention_shares_keys_across_the_group() -> None:
+    """With 8 query heads over 2 key/value heads, the scores are one product over (kv head, group,
+    query, key) with the 16-wide head dimension reduced: no copy of k or v is priced."""
+    graph = from_torch(*hf.llama(layers=1, hidden=128, heads=8, kv_heads=2, batch=2, seq=16), name="gqa")
+    scores = [op for op in graph.operators if op.name.endswith("scores")]
+    assert len(scores) == 1
+    op = scores[0]
+    assert op.op == "gemm" and math.prod(op.sizes) == 2 * 8 * 16 * 16 * 16
+    assert [op.size_of(a) for a in op.attrs["k"]] == [16]
+    assert [op.size_of(a) for a in op.attrs["batch"]] == [2, 2]  # batch and kv heads; the group is on q's side
+
+
+def test_mixture_of_experts_layer_and_its_all_to_all() -> None:
+    """Mixtral's experts become dispatch, expert products batched over the expert axis, and combine;
+    changing the routed tokens from a slot split to an expert split costs exactly the all-to-all's
+    bytes: each device keeps 1/p of its slots and receives the rest."""
+    graph = from_torch(*hf.mixtral(layers=1, experts=4, top_k=2, batch=2, seq=32), name="moe")
+    names = {op.name: op for op in graph.operators}
+    up = names["layers.0.mlp.experts.up"]
+    assert up.attrs["batch"] == ["e"] and up.size_of("e") == 4
+    p, tokens, top_k, experts, hidden = 4, 64, 2, 4, 128
+    slots = tokens * top_k // experts
+    g = GraphBuilder("moe")
+    g.moe(g.input((tokens, hidden)), experts, top_k, 256, name="m")
+    ops = g.build().operators
+    dispatch, expert_up = ops[0], ops[1]
+    assert (dispatch.name, expert_up.name) == ("m.dispatch", "m.up")
+    profile = DefaultProfile(get_machine("h100"))
+    by_slot = np.ones((1, len(dispatch.axes)), dtype=np.int64)
+    by_slot[0, dispatch.axis_index("c")] = p
+    by_expert = np.ones((1, len(expert_up.axes)), dtype=np.int64)
+    by_expert[0, expert_up.axis_index("e")] = p
+    cost = profile.edge(dispatch, dispatch.outputs[0], by_slot, expert_up, expert_up.inputs[0].use, by_expert)
+    words = experts * slots * hidden / p * (1 - 1 / p)
+    expected = 2 * profile.machine.transfer(np.array([words * profile.dtype_bytes]), np.array([p])) * 1e6
+    assert cost[0, 0] == pytest.approx(float(expected[0]))
+    same = profile.edge(dispatch, dispatch.outputs[0], by_slot, dispatch, dispatch.outputs[0], by_slot)
+    assert same[0, 0] == 0
+
+
+class _Delegate:
+    """The default profile behind an object that is not one: pricing without shared tables."""
+
+    def __init__(self) -> None:
+        self.inner = DefaultProfile(get_machine("h100"))
+        self.name, self.units, self.machine = self.inner.name, self.inner.units, self.inner.machine
+
+    def vertex(self, op, configs):
+        return self.inner.vertex(op, configs)
+
+    def edge(self, *args):
+        return self.inner.edge(*args)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+def test_repeated_blocks_are_priced_once_and_price_the_same() -> None:
+    """Four identical decoder layers share one pricing: the distinct operators are far fewer than
+    the operators, the edge tables are shared objects, and the problem equals the one priced
+    operator by operator."""
+    graph = from_torch(*hf.llama(layers=4), name="four")
+    shared = build(graph, 8)
+    each = build(graph, 8, profile=_Delegate())
+    assert shared.stats["priced_operators"] < len(graph) / 2
+    assert each.stats["priced_operators"] == len(graph)
+    assert np.array_equal(shared.problem.node_flat, each.problem.node_flat)
+    assert np.array_equal(shared.problem.edge_flat, each.problem.edge_flat)
+    assert "distinct operators" in shared.summary()
+
+
+def test_entry_points(tmp_path, capsys) -> None:
+    """'module:function' and 'file.py:function' reach every command that takes a network; a missing
+    module, attribute or file, a failing function and a wrong return are one-line errors, exit 2."""
+    assert main(["import", "stratopt.importers.hf:bert", "-o", str(tmp_path / "g.json")]) == 0
+    assert "bert: " in capsys.readouterr().out
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import torch\n"
+        "def model():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), (torch.randn(8, 16),)\n"
+        "def broken():\n"
+        "    raise RuntimeError('no GPU here')\n"
+        "def wrong():\n"
+        "    return 42\n"
+    )
+    assert main(["solve", f"{script}:model", "--procs", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "optimal"
+    for bad, says in [
+        ("no_such_module_here:f", "cannot import no_such_module_here"),
+        ("stratopt.importers.hf:nothing", "has no attribute 'nothing'"),
+        (f"{tmp_path}/absent.py:f", "no such file"),
+        (f"{script}:broken", "RuntimeError: no GPU here"),
+        (f"{script}:wrong", "wrong() returned int"),
+    ]:
+        assert main(["import", bad]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and says in err, (bad, err)
+    with pytest.raises(ModelError, match="not an entry point"):
+        load_entry_point("no colon here")
