@@ -312,6 +312,71 @@ def _import_cmd(args: argparse.Namespace) -> int:
     return OK
 
 
+def _plan_cmd(args: argparse.Namespace) -> int:
+    """plan a model for a cluster, side by side with data parallel, FSDP and Megatron
+
+    Price MODEL on NODES x GPUS_PER_NODE devices of a machine (collectives inside a node on its fabric,
+    across nodes on the network), find the fastest strategy whose memory per device (weights, gradients,
+    Adam state, kept activations) fits (the exact DP; under the limit, a Lagrangian search whose every step
+    is an exact DP, with a lower bound), and measure the strategies people write by hand on the same model:
+    data parallel, FSDP (ZeRO-3), Megatron tensor parallel inside a node with data parallel across nodes,
+    and Megatron with FSDP. Prints the plan per layer in those words, then every strategy's step time (the
+    additive model and the simulator), memory per device and whether it fits.
+    """
+    from stratopt.plan import plan
+
+    result = plan(
+        args.model,
+        args.nodes,
+        args.gpus_per_node,
+        machine=args.machine,
+        memory_gb=args.memory,
+        time_limit=args.time_limit,
+        simulate=not args.no_simulate,
+        progress=None if args.json else _stderr,
+    )
+    if args.export is not None:
+        _export_plan(result, args.export)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        report.print_plan(result)
+        if args.export is not None:
+            print(f"wrote {args.export}")
+    return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
+
+
+def _export_plan(result: Any, path: str) -> None:
+    """The plan as JSON keyed by operator (module) name: each split as mesh dimensions."""
+    costing = result.costing
+    plan = result.plan
+    if plan.assignment is None:
+        raise ModelError("no plan to export: nothing fits in the memory limit")
+    ops = {}
+    for v, op in enumerate(costing.graph.operators):
+        config = costing.configs[v][plan.assignment[v]].tolist()
+        ops[op.name] = {
+            "op": op.op,
+            "mesh": [[axis, int(c)] for axis, c in zip(op.axes, config, strict=True) if c > 1],
+            "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
+        }
+    data = {
+        "format": "stratopt-plan",
+        "version": 1,
+        "model": result.model,
+        "cluster": result.to_dict()["cluster"],
+        "estimate_us": plan.estimate,
+        "simulated_us": plan.simulated,
+        "memory_bytes": plan.memory,
+        "operators": ops,
+    }
+    try:
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=1)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot write the plan ({exc.strerror})") from None
+
+
 def _evaluate_cmd(args: argparse.Namespace) -> int:
     """price and check an assignment as the IOPDDL contest does
 
@@ -463,6 +528,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", default="dp", metavar="FROM", help="dp (default), data-parallel, or a strategy file/list")
     p.add_argument("--beta", type=_positive(float, "inverse temperature"), default=BETA, metavar="B")
     _options(p, "time", "seed", "json", "pricing", limit="seconds (stops first)")
+    p = _add(sub, _plan_cmd)
+    p.add_argument("model", metavar="MODEL", help=network + ", or a Python entry point (module:function)")
+    p.add_argument("--nodes", type=_count, required=True, metavar="N", help="nodes in the cluster")
+    p.add_argument("--gpus-per-node", type=_count, required=True, metavar="G", help="devices per node")
+    p.add_argument("--machine", default="h100", metavar="NAME", help="the device: h100 (default), a100")
+    p.add_argument(
+        "--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (default: the device's)"
+    )
+    p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
+    p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
+    _options(p, "time", "json", limit="seconds for the memory search (default 120)")
     p = _add(sub, _import_cmd)
     p.add_argument(
         "model",

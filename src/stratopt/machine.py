@@ -2,9 +2,12 @@
 
 A :class:`Machine` is a homogeneous cluster: nodes of ``devices_per_node`` devices joined by a
 fast intra-node fabric (NVLink), nodes joined by a slower network (InfiniBand). A collective over
-a group of devices runs on the intra-node fabric when the group fits in one node and is bound by
-the inter-node network otherwise (the placement of groups on nodes is assumed compact: a group of
-g <= devices_per_node devices sits in one node).
+a group of devices runs on the intra-node fabric when the group lies in one node and is bound by
+the inter-node network otherwise. Where a group lies is its *span*: the devices from its first
+member to its last. A group of g devices that varies the innermost split is compact (span g); one
+that varies an outer split, while inner splits vary fastest, is strided (span g times the inner
+splits): with tensor parallelism 8 inside each node and data parallelism 4 across, the
+data-parallel group of 4 spans 32 devices and crosses nodes.
 
 Collective times use the alpha-beta model of ring algorithms (Thakur, Rabenseifner and Gropp,
 "Optimization of collective communication operations in MPICH", IJHPCA 2005): for g devices, n
@@ -75,27 +78,35 @@ class Machine:
 
     # -- links -----------------------------------------------------------------------------------
 
-    def link(self, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bytes per second, latency in seconds) of the links a group of ``group`` devices uses."""
-        intra = np.asarray(group) <= self.devices_per_node
+    def link(self, group: np.ndarray, span: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes per second, latency in seconds) of the links a group of ``group`` devices uses.
+
+        ``span`` is how many consecutive devices the group's members lie among (default: the group
+        itself, a compact group): a group of 4 spread over 32 devices, one per 8, crosses nodes.
+        """
+        intra = np.asarray(group if span is None else np.maximum(span, group)) <= self.devices_per_node
         bw = np.where(intra, self.intra_gbps, self.inter_gbps) * 1e9
         lat = np.where(intra, self.intra_latency_us, self.inter_latency_us) * 1e-6
         return bw, lat
 
-    def all_reduce(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
-        """Seconds for a ring all-reduce of ``nbytes`` over ``group`` devices (0 for one device).
+    def all_reduce(self, nbytes: np.ndarray, group: np.ndarray, span: np.ndarray | None = None) -> np.ndarray:
+        """Seconds for a ring all-reduce of ``nbytes`` over ``group`` devices (0 for one device);
+        ``span`` as in :meth:`link`.
 
         >>> m = get_machine("pase")
         >>> float(m.all_reduce(np.array(8e9), np.array(4)))  # 2 * 3/4 * 8 GB at 16 GB/s
         0.75
+        >>> h = get_machine("h100")  # 4 devices, one per node of 8: the network, not NVLink
+        >>> float(h.all_reduce(np.array(1e9), np.array(4), span=np.array(32))) > float(h.all_reduce(np.array(1e9), np.array(4)))
+        True
         """
         # A ring all-reduce is a reduce-scatter followed by an all-gather.
-        return 2.0 * self.all_gather(nbytes, group)
+        return 2.0 * self.all_gather(nbytes, group, span)
 
-    def all_gather(self, nbytes: np.ndarray, group: np.ndarray) -> np.ndarray:
+    def all_gather(self, nbytes: np.ndarray, group: np.ndarray, span: np.ndarray | None = None) -> np.ndarray:
         """Seconds for a ring all-gather (or reduce-scatter) whose result is ``nbytes``."""
         group = np.asarray(group, dtype=np.float64)
-        bw, lat = self.link(group)
+        bw, lat = self.link(group, span)
         steps = np.maximum(group - 1.0, 0.0)
         return np.where(group > 1, steps / group * nbytes / bw + steps * lat, 0.0)
 

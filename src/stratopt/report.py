@@ -18,6 +18,7 @@ __all__ = [
     "print_explain",
     "print_models",
     "print_placement",
+    "print_plan",
     "print_result",
     "print_schedule",
     "print_search",
@@ -214,3 +215,55 @@ def print_evaluation(problem: StrategyProblem, ev: Evaluation) -> None:
         limit = "no limit" if problem.usage_limit is None else f"limit {problem.usage_limit}"
         print(f"peak usage: {ev.peak_usage} ({limit})")
     print("feasible: yes" if ev.feasible else f"feasible: no: {ev.violation}")
+
+
+def print_plan(result: Any) -> None:
+    """``stratopt plan``: the plan in words, then the plan and every baseline side by side."""
+    c = result.cluster
+    print(f"{result.model} on {c.describe()}; memory limit {result.memory_gb:g} GB per device")
+    plan = result.plan
+    if plan.assignment is None:
+        print(f"no plan: {plan.note}")
+    else:
+        gap = ""
+        if result.bound is not None and plan.estimate:
+            gap = f", within {100 * max(0.0, plan.estimate - result.bound) / plan.estimate:.2f}% of the bound"
+        print(f"plan ({plan.note}{gap}):")
+        rows = [("layer", "op", "count", "tensor parallel", "data parallel", "weights")]
+        for row in plan.layers:
+            layer = row["layer"] + (f" [{row['layers']}]" if row["layers"] and row["count"] > 1 else "")
+            tp = f"{row['tp']}" + (f" ({row['how']})" if row["how"] else "")
+            weights = "sharded" if row["sharded"] else "replicated"
+            rows.append((layer, row["op"], str(row["count"]), tp, str(row["dp"]), weights))
+        _print_rows(rows, right={2, 4})
+
+    def num(x: float | None, scale: float = 1.0) -> str:
+        return "-" if x is None else f"{x / scale:,.1f}"
+
+    rows = [("strategy", "step us (model)", "step us (simulated)", "GB per device", "fits", "plan faster by")]
+    notes = []
+    for s in (plan, *result.baselines):
+        faster = "-"
+        if s is not plan and s.estimate and plan.estimate and plan.fits:
+            faster = f"{s.estimate / plan.estimate:.2f}x"
+        fits = "yes" if s.fits else ("no" if s.assignment is not None else "-")
+        if s is not plan and (s.assignment is None or "in the space;" in s.note or "outside" in s.note):
+            notes.append(f"{s.name}: {s.note.removeprefix('in the space; ')}")
+        rows.append((s.name, num(s.estimate), num(s.simulated), num(s.memory, 1e9), fits, faster))
+    print()
+    _print_rows(rows, right={1, 2, 3, 5})
+    for line in notes:
+        print(line)
+    best = result.best_baseline()
+    speedup = result.speedup()
+    if best is not None and speedup is not None:
+        print(f"speed-up over the best baseline that fits ({best.name}): {speedup:.2f}x (additive model)")
+    elif best is None:
+        print("no baseline fits in the memory limit")
+
+
+def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        cells = [x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths, strict=True))]
+        print("  ".join(cells).rstrip())

@@ -12,6 +12,7 @@ __all__ = [
     "GemmShape",
     "VertexCosts",
     "axes_product",
+    "gemm_axes",
     "gemm_shape",
     "halo",
     "layout",
@@ -19,6 +20,7 @@ __all__ = [
     "memory_bytes",
     "needed_words",
     "per_device",
+    "span",
 ]
 
 
@@ -72,6 +74,37 @@ def axes_product(values: np.ndarray, op: Operator, axes: list[str]) -> np.ndarra
     for a in axes:
         out = out * values[:, op.axis_index(a)]
     return out
+
+
+def span(op: Operator, configs: np.ndarray, axes: list[str]) -> np.ndarray:
+    """Per configuration, how many consecutive devices a collective over the splits of ``axes``
+    lies among (see :mod:`stratopt.machine`): devices are numbered with the operator's last axis
+    varying fastest, so a group over its outermost split axis in ``axes`` spans that axis and every
+    axis inside it. Leading (batch) axes are the outermost, feature axes the innermost: tensor
+    parallelism stays inside a node and data parallelism crosses nodes, as Megatron-LM lays them out.
+
+    >>> from stratopt.graph import GraphBuilder
+    >>> g = GraphBuilder("t"); _ = g.fc(g.input((64, 512)), 512)
+    >>> op = g.build().operators[0]  # axes b, n, k
+    >>> span(op, np.array([[4.0, 8.0, 1.0], [4.0, 1.0, 1.0]]), ["b"]).tolist()
+    [32.0, 4.0]
+    """
+    cfg = np.asarray(configs, dtype=np.float64)
+    if not axes or cfg.size == 0:
+        return np.ones(cfg.shape[0])
+    idx = sorted(op.axis_index(a) for a in axes)
+    inner = np.cumprod(cfg[:, ::-1], axis=1)[:, ::-1]  # inner[:, i] = prod of the splits of axes i..end
+    split = cfg[:, idx] > 1
+    first = np.asarray(idx)[np.argmax(split, axis=1)]
+    return np.where(split.any(axis=1), inner[np.arange(cfg.shape[0]), first], 1.0)
+
+
+def gemm_axes(op: Operator) -> tuple[list[str], list[str], list[str]]:
+    """The (m, n, k) axis lists of a ``gemm``/``conv`` operator (batch axes are not among them) or an LSTM."""
+    a = op.attrs
+    if op.op == "lstm":
+        return [a["seq"], a["batch"]], [a["n"]], [a["k"]]
+    return list(a["m"]), list(a["n"]), list(a["k"])
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ Per training step and per device, in microseconds:
 - communication: the same reductions PaSE identifies (the output over k splits, the input
   gradient over n splits, the weight gradient over m splits, statistics of split norms and
   softmaxes, halos of split pooling windows) as alpha-beta collectives on the machine's links,
-  intra-node when the group fits in a node (:mod:`stratopt.machine`);
+  intra-node when the group lies in a node (:mod:`stratopt.machine`; devices numbered with an
+  operator's feature axes innermost: :func:`~stratopt.cost.common.span`);
 - edges: the bytes each consumer device lacks, forward and backward, as two messages on the
   link the larger of the two layouts uses;
 - memory: weights, gradients and optimizer state of the device's weight blocks plus its output
@@ -23,6 +24,7 @@ import numpy as np
 from stratopt.cost.common import (
     VertexCosts,
     axes_product,
+    gemm_axes,
     gemm_shape,
     halo,
     layout,
@@ -30,6 +32,7 @@ from stratopt.cost.common import (
     memory_bytes,
     needed_words,
     per_device,
+    span,
 )
 from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine
@@ -56,8 +59,8 @@ class DefaultProfile:
         self.flops = machine.peak_tflops * 1e12 * machine.efficiency
         self.hbm = machine.hbm_gbps * 1e9
 
-    def _ar(self, elems: np.ndarray, group: np.ndarray) -> np.ndarray:
-        return self.machine.all_reduce(elems * self.dtype_bytes, group) * _US
+    def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
+        return self.machine.all_reduce(elems * self.dtype_bytes, group, spans) * _US
 
     def _stream(self, elems: np.ndarray) -> np.ndarray:
         """Microseconds to read or write ``elems`` elements of device memory."""
@@ -78,13 +81,14 @@ class DefaultProfile:
         if op.attrs.get("lookup"):
             block = per_device(op, cfg)
             rows = axes_product(block, op, a["batch"]) * axes_product(block, op, a["m"])
-            fwd = self._ar(rows * axes_product(block, op, a["n"]), axes_product(cfg, op, a["k"]))
+            fwd = self._ar(rows * axes_product(block, op, a["n"]), axes_product(cfg, op, a["k"]), span(op, cfg, a["k"]))
             return fwd, comm - fwd
         g = gemm_shape(op, cfg)
-        fwd = self._ar(g.bb * g.m * g.n, g.ck)
-        sync = self._ar(g.bb * g.n * g.k, g.cm)
+        m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))
+        fwd = self._ar(g.bb * g.m * g.n, g.ck, k)
+        sync = self._ar(g.bb * g.n * g.k, g.cm, m)
         if op.op == "lstm":  # the cell relay happens once forward and once backward
-            fwd = fwd + (comm - fwd - sync - self._ar(g.bb * g.m * g.k, g.cn)) / 2.0
+            fwd = fwd + (comm - fwd - sync - self._ar(g.bb * g.m * g.k, g.cn, n)) / 2.0
         return fwd, sync
 
     def message(self, words: float, same_node: bool) -> float:
@@ -100,7 +104,12 @@ class DefaultProfile:
         compute = g.bb * 3.0 * 2.0 * g.m * g.n * g.k / self.flops * _US
         # Fused pointwise ops: forward and backward passes over the output block.
         compute = compute + self._stream(g.bb * g.m * g.n * 4.0 * op.pointwise)
-        comm = self._ar(g.bb * g.m * g.n, g.ck) + self._ar(g.bb * g.m * g.k, g.cn) + self._ar(g.bb * g.n * g.k, g.cm)
+        m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))
+        comm = (
+            self._ar(g.bb * g.m * g.n, g.ck, k)
+            + self._ar(g.bb * g.m * g.k, g.cn, n)
+            + self._ar(g.bb * g.n * g.k, g.cm, m)
+        )
         return compute, comm
 
     _conv = _gemm
@@ -114,9 +123,11 @@ class DefaultProfile:
         rows = axes_product(block, op, a["batch"]) * axes_product(block, op, a["m"])
         width = axes_product(block, op, a["n"])
         compute = self._stream(4.0 * rows * width)
-        comm = self._ar(rows * width, axes_product(cfg, op, a["k"]))
+        comm = self._ar(rows * width, axes_product(cfg, op, a["k"]), span(op, cfg, a["k"]))
         comm = comm + self._ar(
-            width * axes_product(block, op, a["k"]), axes_product(cfg, op, a["m"]) * axes_product(cfg, op, a["batch"])
+            width * axes_product(block, op, a["k"]),
+            axes_product(cfg, op, a["m"]) * axes_product(cfg, op, a["batch"]),
+            span(op, cfg, [*a["m"], *a["batch"]]),
         )
         return compute, comm
 
@@ -148,7 +159,10 @@ class DefaultProfile:
         ax = op.axis_index(op.attrs["axis"])
         compute = self._stream(8.0 * elems)
         others = np.delete(cfg, ax, axis=1).prod(axis=1)
-        comm = 2.0 * self._ar(2.0 * elems / block[:, ax], cfg[:, ax]) + self._ar(2.0 * block[:, ax], others)
+        axis = op.attrs["axis"]
+        rest = [x for x in op.axes if x != axis]
+        comm = 2.0 * self._ar(2.0 * elems / block[:, ax], cfg[:, ax], span(op, cfg, [axis]))
+        comm = comm + self._ar(2.0 * block[:, ax], others, span(op, cfg, rest))
         return compute, comm
 
     def _softmax(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,21 +171,21 @@ class DefaultProfile:
         ax = op.axis_index(op.attrs["axis"])
         rows = elems / block[:, ax]
         # Max and sum forward, one dot product backward, each a row reduction across the split.
-        return self._stream(6.0 * elems), 3.0 * self._ar(rows, cfg[:, ax])
+        return self._stream(6.0 * elems), 3.0 * self._ar(rows, cfg[:, ax], span(op, cfg, [op.attrs["axis"]]))
 
     def _softmax_xent(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)
         elems = block.prod(axis=1)
         ax = op.axis_index(op.attrs["axis"])
         rows = elems / block[:, ax]
-        return self._stream(4.0 * elems), 3.0 * self._ar(rows, cfg[:, ax])
+        return self._stream(4.0 * elems), 3.0 * self._ar(rows, cfg[:, ax], span(op, cfg, [op.attrs["axis"]]))
 
     def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)
         elems = block.prod(axis=1)
         procs = axes_product(cfg, op, list(op.attrs["axes"]))
         out = elems / axes_product(block, op, list(op.attrs["axes"]))
-        return self._stream(2.0 * elems), self._ar(out, procs)
+        return self._stream(2.0 * elems), self._ar(out, procs, span(op, cfg, list(op.attrs["axes"])))
 
     def _transpose(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         elems = per_device(op, cfg).prod(axis=1)

@@ -1,0 +1,159 @@
+"""stratopt plan: clusters with nodes, the hand-written baselines' textbook communication, the plan
+never worse than an in-space baseline, the memory search's answer and bound, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from stratopt.cli import main
+from stratopt.cost import build
+from stratopt.graph import GraphBuilder
+from stratopt.plan import baselines, cluster, plan
+from stratopt.problem import evaluate
+from stratopt.solvers import solve
+
+B, D = 64, 256
+
+
+def mlp():
+    g = GraphBuilder("mlp2")
+    g.fc(g.fc(g.input((B, D)), 4 * D, pointwise=1), D)
+    return g.build()
+
+
+def priced(nodes: int, gpus: int, memory_gb: float | None = None):
+    where = cluster(nodes, gpus)
+    return where, build(mlp(), where.devices, machine=where.machine, cutoff=1, memory_gb=memory_gb)
+
+
+def comm(costing, assignment) -> tuple[list[float], float]:
+    """Per operator communication inside it, and the edges' total (microseconds)."""
+    inside = [float(costing.vertex_costs[v].comm[c]) for v, c in enumerate(assignment)]
+    edges = float(evaluate(costing.problem, assignment).objective) - sum(
+        float(costing.vertex_costs[v].total[c]) for v, c in enumerate(assignment)
+    )
+    return inside, edges
+
+
+def by_name(costing, gpus):
+    return {name: (found, fsdp) for name, found, fsdp, _ in baselines(costing, gpus)}
+
+
+def ar(machine, elems, group, span=None) -> float:
+    return (
+        float(machine.all_reduce(np.array(elems * 2.0), np.array(group), None if span is None else np.array(span)))
+        * 1e6
+    )
+
+
+def ag(machine, elems, group) -> float:
+    return float(machine.all_gather(np.array(elems * 2.0), np.array(group))) * 1e6
+
+
+def test_data_parallel_all_reduces_every_weight_gradient() -> None:
+    """Data parallelism on 4 devices: each linear all-reduces its weight gradient, nothing else moves."""
+    where, costing = priced(1, 4)
+    found, _ = by_name(costing, 4)["data-parallel"]
+    inside, edges = comm(costing, found)
+    m = where.machine
+    assert inside == pytest.approx([ar(m, D * 4 * D, 4), ar(m, 4 * D * D, 4)])
+    assert edges == 0
+
+
+def test_fsdp_adds_one_all_gather_of_every_weight_and_shards_the_state() -> None:
+    """FSDP over 4 devices: data parallelism's all-reduce (= reduce-scatter + all-gather) plus one
+    more all-gather per weight; the weights, gradients and Adam state held drop to a quarter."""
+    result = plan(mlp(), 1, 4, simulate=False)
+    rows = {b.name: b for b in result.baselines}
+    dp, fsdp = rows["data-parallel"], rows["fsdp"]
+    m = result.cluster.machine
+    assert fsdp.estimate - dp.estimate == pytest.approx(ag(m, D * 4 * D, 4) + ag(m, 4 * D * D, 4))
+    state = 2 * D * 4 * D * (2 * 2 + 8)  # two weights: value and gradient in bf16, Adam's two fp32 moments
+    assert dp.memory - fsdp.memory == pytest.approx(state * 3 / 4)
+
+
+def test_megatron_mlp_is_two_activation_all_reduces() -> None:
+    """Megatron on one node of 4: the first linear column-parallel, the second row-parallel, no
+    re-layout between them; one all-reduce of the (batch, hidden) activations forward (after the
+    row-parallel linear) and one backward (before the column-parallel one), nothing for weights."""
+    where, costing = priced(1, 4)
+    found, _ = by_name(costing, 4)["megatron-tp4"]
+    fc1, fc2 = costing.graph.operators
+    assert dict(zip(fc1.axes, costing.configs[0][found[0]].tolist(), strict=True))["n"] == 4
+    assert dict(zip(fc2.axes, costing.configs[1][found[1]].tolist(), strict=True))["k"] == 4
+    inside, edges = comm(costing, found)
+    assert inside == pytest.approx([ar(where.machine, B * D, 4), ar(where.machine, B * D, 4)])
+    assert edges == 0
+
+
+def test_data_parallel_across_nodes_takes_the_network() -> None:
+    """Tensor parallel 2 inside each of 2 nodes and data parallel 2 across: the data-parallel
+    weight-gradient all-reduce (a group of 2 spread over 4 devices) runs on the network, the
+    tensor-parallel one on NVLink."""
+    where, costing = priced(2, 2)
+    found, _ = by_name(costing, 2)["megatron-tp2"]
+    inside, _ = comm(costing, found)
+    m = where.machine
+    fc1 = ar(m, B // 2 * D, 2) + ar(m, D * 4 * D // 2, 2, span=4)
+    assert inside[0] == pytest.approx(fc1)
+    assert ar(m, D * 4 * D // 2, 2, span=4) > 2 * ar(m, D * 4 * D // 2, 2)  # the network is slower
+
+
+@pytest.mark.parametrize(("network", "nodes", "gpus", "memory"), [("gpt", 1, 8, None), ("gpt", 2, 4, 6.15)])
+def test_plan_is_never_worse_than_a_baseline_in_the_space(network, nodes, gpus, memory) -> None:
+    """On the zoo's GPT, without and with a binding memory limit: the plan fits, its estimate is at
+    most every in-space baseline's that fits, and the bound is below it."""
+    result = plan(network, nodes, gpus, memory_gb=memory, simulate=False)
+    assert result.plan.fits
+    inside = [b for b in result.baselines if b.fits and b.note.startswith("in the space")]
+    assert inside
+    assert all(result.plan.estimate <= b.estimate + 1e-6 for b in inside)
+    assert result.bound is not None and result.bound <= result.plan.estimate + 1e-6
+    recomputed = evaluate(result.costing.problem, result.plan.assignment).objective
+    assert recomputed == pytest.approx(result.plan.estimate)
+
+
+def test_memory_search_against_the_exact_mip() -> None:
+    """With a limit between the least memory and the unconstrained optimum's, the plan fits, the
+    bound is at most HiGHS's proven optimum under the same limit, and the plan is at least it (equal
+    when the plan says optimal)."""
+    _, free = priced(1, 4)
+    unconstrained = solve(free.problem, "dp").assignment
+    used = sum(float(free.vertex_costs[v].memory[c]) for v, c in enumerate(unconstrained))
+    least = sum(float(c.memory.min()) for c in free.vertex_costs)
+    limit_gb = (least + used) / 2 / 1e9
+    _, bounded = priced(1, 4, memory_gb=limit_gb)
+    exact = solve(bounded.problem, "mip-highs", time_limit=60)
+    assert exact.status.value == "optimal"
+    result = plan(mlp(), 1, 4, memory_gb=limit_gb, simulate=False)
+    assert result.plan.fits and result.plan.memory <= limit_gb * 1e9
+    assert result.bound <= exact.objective + 1e-6 <= result.plan.estimate + 2e-6
+    if result.status == "optimal":
+        assert result.plan.estimate == pytest.approx(exact.objective)
+
+
+def test_cli(tmp_path, capsys) -> None:
+    """--json carries the plan and every baseline with estimate, simulated, memory and fits;
+    --export writes the plan by operator as mesh splits; bad input is one line, exit 2."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", "gpt", "--nodes", "1", "--gpus-per-node", "4", "--json", "--export", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for strategy in [data["plan"], *data["baselines"]]:
+        assert {"estimate", "simulated", "memory", "fits"} <= set(strategy)
+    assert {b["name"] for b in data["baselines"]} >= {"data-parallel", "fsdp", "megatron-tp4"}
+    assert data["plan"]["simulated"] > 0 and data["speedup"] >= 1.0
+    exported = json.loads(out.read_text())
+    assert exported["format"] == "stratopt-plan" and len(exported["operators"]) == 317
+    assert all(all(c > 1 for _, c in op["mesh"]) for op in exported["operators"].values())
+    assert main(["plan", "gpt", "--nodes", "1", "--gpus-per-node", "4", "--no-simulate"]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up over the best baseline that fits" in text and "megatron-tp4" in text
+    for bad in (
+        ["plan", "gpt", "--nodes", "0", "--gpus-per-node", "4"],
+        ["plan", "nope", "--nodes", "1", "--gpus-per-node", "2"],
+    ):
+        assert main(bad) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
