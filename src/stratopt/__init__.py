@@ -4,7 +4,8 @@ The core problem is a :class:`StrategyProblem` (one choice per vertex, node and 
 an optional usage limit); :mod:`stratopt.cost` builds one from an operator graph
 (:class:`GraphBuilder`, :func:`load_graph`, networks in ``models/``) on a :class:`Machine`; :func:`solve` runs any registered solver on it and returns a checked
 :class:`Result`; :func:`evaluate` prices an assignment exactly as the IOPDDL contest does; :func:`place` puts a job
-graph's operators on heterogeneous devices (:mod:`stratopt.placement`, seed 004 and its anchors).
+graph's operators on heterogeneous devices (:mod:`stratopt.placement`, seed 004 and its anchors);
+:func:`plan` finds the plan for a cluster of nodes beside data parallel, FSDP and Megatron.
 """
 
 from stratopt.errors import (
@@ -22,6 +23,7 @@ from stratopt.instances import load_instance, load_problem
 from stratopt.interop import from_networkx, to_networkx
 from stratopt.machine import MACHINES, Machine
 from stratopt.placement import Placement, PlacementInstance, place, read_placement
+from stratopt.plan import PlanResult, plan
 from stratopt.problem import (
     FORBIDDEN,
     Evaluation,
@@ -49,6 +51,7 @@ __all__ = [
     "NoSolutionError",
     "Placement",
     "PlacementInstance",
+    "PlanResult",
     "Result",
     "Solver",
     "SolverError",
@@ -65,6 +68,7 @@ __all__ = [
     "load_instance",
     "load_problem",
     "place",
+    "plan",
     "read_iopddl",
     "read_placement",
     "save_graph",

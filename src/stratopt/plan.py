@@ -467,7 +467,8 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
             names = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
             note = f"{names} cannot split {t} ways (sizes not divisible): replicated"
         out.append((f"megatron-tp{t}", tp, None, note))
-        out.append((f"megatron-tp{t}-fsdp", tp, None if isinstance(tp, str) else _groups(d), note))
+        if d > 1:  # with one data-parallel group there is nothing to shard over
+            out.append((f"megatron-tp{t}-fsdp", tp, None if isinstance(tp, str) else _groups(d), note))
     return out
 
 
