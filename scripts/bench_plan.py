@@ -39,7 +39,9 @@ def main() -> None:
     parser.add_argument("--no-simulate", action="store_true")
     args = parser.parse_args()
     print(f"machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}\n")
-    print("| model | cluster | strategy | step ms (model) | step ms (simulated) | GB per device | fits | plan faster by (model / sim.) | plan s |")
+    print(
+        "| model | cluster | strategy | step ms (model) | step ms (simulated) | GB per device | fits | plan faster by (model / sim.) | plan s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         for spec in args.clusters.split(","):
@@ -53,10 +55,8 @@ def main() -> None:
                 if s.assignment is None:
                     print(f"| {name} | {spec} | {s.name} | - | - | - | - | {s.note} | |")
                     continue
-                flag = ""
-                if s is not p and p.simulated is not None and s.simulated is not None and p.estimate and s.estimate:
-                    if (s.estimate < p.estimate) != (s.simulated < p.simulated):
-                        flag = " *"
+                both = s is not p and p.simulated is not None and s.simulated is not None and p.estimate and s.estimate
+                flag = " *" if both and (s.estimate < p.estimate) != (s.simulated < p.simulated) else ""
                 ratio = "-"
                 if s is not p and p.estimate and s.estimate:
                     ratio = f"{s.estimate / p.estimate:.2f}x"
