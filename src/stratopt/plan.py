@@ -8,10 +8,11 @@ and kept activations), and measures the baselines on the same model:
 - ``data-parallel``: every operator splits only its batch dimension, over every device;
 - ``fsdp``: the same computation with weights, gradients and optimizer state sharded over the
   devices (ZeRO-3): weights all-gathered before use, forward and backward, gradients
-  reduce-scattered. Sharding what is stored, not what is computed, is not a configuration of an
-  operator's iteration domain, so this one is priced from data parallelism's assignment: its
-  memory without the replicated state, its time with one more all-gather of every weight
-  (all-reduce = reduce-scatter + all-gather; FSDP adds the second all-gather). It is not simulated.
+  reduce-scattered. Sharding what is stored, not what is computed, is not a split of an operator's
+  iteration domain, so the configuration space is extended for it: every product whose weights are
+  replicated also has the same split with its weight state sharded over the replicas
+  (:func:`stratopt.cost.build` with ``shard_weights=True``), one more all-gather of the weights
+  and a reduce-scatter instead of an all-reduce. The plan may use it too, per operator.
 - ``megatron-tp<t>``: Megatron-LM's tensor parallelism inside a node, data parallelism across:
   the linear layers that read the residual stream (after a norm or an embedding) split their
   output features over ``t`` devices (column parallel), the others split their input features
@@ -19,13 +20,12 @@ and kept activations), and measures the baselines on the same model:
   replicated, and every operator splits its batch over the other ``p / t`` devices; the layouts of
   the operators between the linears (attention's heads, reshapes, pointwise work) are the cheapest
   that keep to that pattern (the exact DP over the pattern's configurations).
-- ``megatron-tp<t>-fsdp``: the same with the state sharded over the data-parallel groups, priced as
-  ``fsdp`` is.
+- ``megatron-tp<t>-fsdp``: the same with the state sharded over the data-parallel groups.
 
 The plan is the exact DP's optimum when it fits; otherwise the memory is a Lagrangian penalty
 (one price per byte, found by bisection, each step solved exactly by the DP), which gives both a
-plan that fits and a lower bound on the best one in the configuration space; the in-space
-baselines that fit are candidates too, so the plan is never worse than any of them.
+plan that fits and a lower bound on the best one in the configuration space; the baselines that
+fit are candidates too (all are in the space), so the plan is never worse than any of them.
 """
 
 from __future__ import annotations
@@ -196,7 +196,9 @@ def _column_parallel(graph: Graph, index: dict[str, int], op: Operator) -> bool:
 _LAYER = re.compile(r"\d+")
 
 
-def describe_layers(graph: Graph, configs: tuple[np.ndarray, ...], assignment: tuple[int, ...]) -> list[dict]:
+def describe_layers(
+    graph: Graph, configs: tuple[np.ndarray, ...], assignment: tuple[int, ...], sharded: Callable[[int, int], bool]
+) -> list[dict]:
     """The strategy in words, for every operator that holds weights: data-parallel degree (batch
     split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads),
     whether its weights are sharded. Operators named alike up to a layer number (``layers.3.mlp``)
@@ -224,14 +226,16 @@ def describe_layers(graph: Graph, configs: tuple[np.ndarray, ...], assignment: t
             for i in op.inputs
             if i.param
         ]
-        sharded = any(t < i.use.size for t, i in zip(weight_tiles, [i for i in op.inputs if i.param], strict=True))
+        fsdp = sharded(v, assignment[v])
+        divided = any(t < i.use.size for t, i in zip(weight_tiles, [i for i in op.inputs if i.param], strict=True))
+        weights = "sharded (FSDP)" if fsdp else ("split" if divided else "replicated")
         numbers = _LAYER.findall(op.name)
         pattern = _LAYER.sub("*", op.name) if numbers else op.name
-        words = f"TP {tp}{f' ({how})' if how else ''}, DP {dp}{', weights sharded' if sharded else ''}"
+        words = f"TP {tp}{f' ({how})' if how else ''}, DP {dp}, weights {weights}"
         key = (pattern, words)
         row = rows.setdefault(
             key,
-            {"layer": pattern, "op": op.op, "tp": tp, "dp": dp, "how": how, "sharded": sharded, "count": 0, "at": []},
+            {"layer": pattern, "op": op.op, "tp": tp, "dp": dp, "how": how, "weights": weights, "count": 0, "at": []},
         )
         row.setdefault("first", op.name)
         row["count"] += 1
@@ -344,23 +348,35 @@ def _solve_under_memory(
 # -- baselines ------------------------------------------------------------------------------------
 
 
+Pattern = Callable[[int, Operator, dict[str, int]], bool]
+
+
 def _pick(
     costing: Any,
-    allowed: Callable[[int, Operator, dict[str, int]], bool],
-    fallback: Callable[[int, Operator, dict[str, int]], bool] | None = None,
+    allowed: Pattern,
+    *,
+    fsdp: bool = False,
+    fallback: Pattern | None = None,
     why: Callable[[Operator], str] = lambda op: f"operator {op.name} has no configuration in the pattern",
     notes: list[str] | None = None,
 ) -> tuple[int, ...] | str:
     """The cheapest assignment whose every operator takes an allowed configuration (the exact DP
-    over the allowed ones), or why there is none. Where an operator has no allowed configuration,
-    ``fallback`` (if given) says which it takes instead, and ``notes`` records it."""
+    over the allowed ones), or why there is none. ``fsdp``: a configuration that has a sharded twin
+    takes the twin (the weight state sharded over its replicas), else none is sharded. Where an
+    operator has no allowed configuration, ``fallback`` (if given) says which it takes instead, and
+    ``notes`` records it."""
     graph, problem = costing.graph, costing.problem
     costs = []
     for v, op in enumerate(graph.operators):
-        rows = [dict(zip(op.axes, r, strict=True)) for r in costing.configs[v].tolist()]
-        ok = np.array([allowed(v, op, r) for r in rows])
+        table = costing.configs[v]
+        rows = [dict(zip(op.axes, r, strict=True)) for r in table.tolist()]
+        shard = np.array([costing.is_sharded(v, c) for c in range(len(rows))], dtype=bool)
+        twinned = {tuple(r) for r in table[shard].tolist()}
+        # fsdp: the twin where there is one, else the configuration itself
+        form = shard | np.array([tuple(r) not in twinned for r in table.tolist()]) if fsdp else ~shard
+        ok = np.array([allowed(v, op, r) for r in rows]) & form
         if not ok.any() and fallback is not None:
-            ok = np.array([fallback(v, op, r) for r in rows])
+            ok = np.array([fallback(v, op, r) for r in rows]) & form
             if ok.any() and notes is not None:
                 notes.append(op.name)
         if not ok.any():
@@ -372,44 +388,13 @@ def _pick(
     return found[0]
 
 
-def _fsdp(costing: Any, assignment: tuple[int, ...], shards: Callable[[int], int]) -> tuple[float, float]:
-    """(extra microseconds, bytes saved) when every operator's weight state is sharded over
-    ``shards(v)`` devices (ZeRO-3): one more all-gather of the weights, and the state not replicated."""
-    profile = costing.profile
-    machine = profile.machine
-    extra, saved = 0.0, 0.0
-    for v, op in enumerate(costing.graph.operators):
-        weights = _weights(op)
-        group = shards(v)
-        if not weights or group <= 1:
-            continue
-        config = costing.configs[v][assignment[v]]
-        tiles = [
-            i.use.size / math.prod(math.prod(int(config[op.axis_index(a)]) for a in dims) for dims in i.use.dims)
-            for i in op.inputs
-            if i.param
-        ]
-        held = sum(tiles)
-        per_element = 2 * profile.dtype_bytes + profile.state_bytes
-        saved += held * per_element * (1.0 - 1.0 / group)
-        span = costing.policy.procs
-        extra += (
-            float(machine.all_gather(np.array(held * profile.dtype_bytes), np.array(group), span=np.array(span))) * _US
-        )
-    return extra, saved
-
-
-def _groups(size: int) -> Callable[[int], int]:
-    """Every operator's state sharded over ``size`` devices."""
-    return lambda _v: size
-
-
-Baseline = tuple[str, "tuple[int, ...] | str", "Callable[[int], int] | None", str]
+Baseline = tuple[str, "tuple[int, ...] | str", str]
 
 
 def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
-    """The hand-written strategies as (name, assignment or why it cannot be expressed, FSDP shard
-    count per operator or None, a note)."""
+    """The hand-written strategies as (name, assignment or why it cannot be expressed, a note).
+    ``costing`` must come from :func:`stratopt.cost.build` with ``shard_weights=True`` for the FSDP
+    ones to shard anything."""
     graph = costing.graph
     p = costing.policy.procs
     out: list[Baseline] = []
@@ -422,9 +407,8 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
         size = math.prod(op.size_of(a) for a in batch_axes(op))
         return f"the batch of {size} ({op.name}) does not split over {p} devices"
 
-    dp = _pick(costing, data_parallel, why=no_batch)
-    out.append(("data-parallel", dp, None, ""))
-    out.append(("fsdp", dp, None if isinstance(dp, str) else _groups(p), ""))
+    out.append(("data-parallel", _pick(costing, data_parallel, why=no_batch), ""))
+    out.append(("fsdp", _pick(costing, data_parallel, fsdp=True, why=no_batch), ""))
     index = graph.index
     column = {v: _column_parallel(graph, index, op) for v, op in enumerate(graph.operators) if _is_product(op)}
     for t in sorted({gpus_per_node, gpus_per_node // 2}, reverse=True):
@@ -460,15 +444,14 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
             size = math.prod(op.size_of(a) for a in batch_axes(op))
             return f"the batch of {size} ({op.name}) does not split over {d} data-parallel groups"
 
-        kept: list[str] = []
-        tp = _pick(costing, megatron, replicated, no_split, kept)
-        note = ""
-        if kept and not isinstance(tp, str):  # Megatron-LM pads a vocabulary to split it; we cannot
-            names = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
-            note = f"{names} cannot split {t} ways (sizes not divisible): replicated"
-        out.append((f"megatron-tp{t}", tp, None, note))
-        if d > 1:  # with one data-parallel group there is nothing to shard over
-            out.append((f"megatron-tp{t}-fsdp", tp, None if isinstance(tp, str) else _groups(d), note))
+        for sharded in (False, True) if d > 1 else (False,):  # one data-parallel group: nothing to shard over
+            kept: list[str] = []
+            tp = _pick(costing, megatron, fsdp=sharded, fallback=replicated, why=no_split, notes=kept)
+            note = ""
+            if kept and not isinstance(tp, str):  # Megatron-LM pads a vocabulary to split it; we cannot
+                names = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+                note = f"{names} cannot split {t} ways (sizes not divisible): replicated"
+            out.append((f"megatron-tp{t}{'-fsdp' if sharded else ''}", tp, note))
     return out
 
 
@@ -508,36 +491,33 @@ def plan(
     if not limit_gb > 0:
         raise ModelError(f"the memory per device must be a positive number of GB, got {memory_gb!r}")
     # Any block size down to one element: data parallelism over as many devices as samples.
-    costing = build(graph, where.devices, profile="default", machine=where.machine, cutoff=1)
+    costing = build(graph, where.devices, profile="default", machine=where.machine, cutoff=1, shard_weights=True)
     say(costing.summary())
     limit = limit_gb * 1e9
     assignment, status, bound = _solve_under_memory(costing, limit, time_limit, say)
 
-    def measured(name: str, a: tuple[int, ...], note: str, fsdp: Callable | None = None) -> Strategy:
+    def sharded(v: int, c: int) -> bool:
+        return costing.is_sharded(v, c)
+
+    def measured(name: str, a: tuple[int, ...], note: str) -> Strategy:
         estimate = float(evaluate(costing.problem, a).objective)
         memory = _memory(costing, a)
         simulated = None
-        if fsdp is not None:
-            extra, saved = _fsdp(costing, a, fsdp)
-            estimate, memory = estimate + extra, memory - saved
-        elif simulate:
+        if simulate:
             from stratopt.sim.trace import simulate_strategy
 
             simulated = float(simulate_strategy(costing, a)[1]["iteration_time"])
-        layers = tuple(describe_layers(graph, costing.configs, a))
-        if fsdp is not None:
-            layers = tuple({**row, "sharded": True} for row in layers)
+        layers = tuple(describe_layers(graph, costing.configs, a, sharded))
         return Strategy(name, a, estimate, simulated, memory, memory <= limit, note, layers)
 
     results: list[Strategy] = []
     candidates: list[tuple[float, tuple[int, ...]]] = []
-    for name, found, fsdp, remark in baselines(costing, gpus_per_node):
+    for name, found, remark in baselines(costing, gpus_per_node):
         if isinstance(found, str):
             results.append(Strategy(name, None, None, None, None, False, f"cannot be expressed: {found}"))
             continue
-        how = "outside the configuration space: priced from its unsharded assignment" if fsdp else "in the space"
-        results.append(measured(name, found, "; ".join(x for x in (how, remark) if x), fsdp))
-        if fsdp is None and results[-1].fits:
+        results.append(measured(name, found, remark))
+        if results[-1].fits:
             candidates.append((float(results[-1].estimate or 0.0), found))
         say(f"baseline {name}: {results[-1].estimate or 0.0:.1f} us, {(results[-1].memory or 0.0) / 1e9:.1f} GB")
     note = "the DP's optimum" if status == "optimal" else "Lagrangian DP under the memory limit"

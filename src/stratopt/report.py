@@ -233,8 +233,7 @@ def print_plan(result: Any) -> None:
         for row in plan.layers:
             layer = row["layer"] + (f" [{row['layers']}]" if row["layers"] and row["count"] > 1 else "")
             tp = f"{row['tp']}" + (f" ({row['how']})" if row["how"] else "")
-            weights = "sharded" if row["sharded"] else "replicated"
-            rows.append((layer, row["op"], str(row["count"]), tp, str(row["dp"]), weights))
+            rows.append((layer, row["op"], str(row["count"]), tp, str(row["dp"]), row["weights"]))
         _print_rows(rows, right={2, 4})
 
     def num(x: float | None, scale: float = 1.0) -> str:
@@ -247,8 +246,8 @@ def print_plan(result: Any) -> None:
         if s is not plan and s.estimate and plan.estimate and plan.fits:
             faster = f"{s.estimate / plan.estimate:.2f}x"
         fits = "yes" if s.fits else ("no" if s.assignment is not None else "-")
-        if s is not plan and (s.assignment is None or "in the space;" in s.note or "outside" in s.note):
-            notes.append(f"{s.name}: {s.note.removeprefix('in the space; ')}")
+        if s is not plan and s.note:
+            notes.append(f"{s.name}: {s.note}")
         rows.append((s.name, num(s.estimate), num(s.simulated), num(s.memory, 1e9), fits, faster))
     print()
     _print_rows(rows, right={1, 2, 3, 5})

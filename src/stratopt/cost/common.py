@@ -20,7 +20,9 @@ __all__ = [
     "memory_bytes",
     "needed_words",
     "per_device",
+    "replicas",
     "span",
+    "weight_tile",
 ]
 
 
@@ -214,3 +216,20 @@ def memory_bytes(op: Operator, configs: np.ndarray, dtype_bytes: int, state_byte
     for use in op.outputs:
         total += use.size / np.prod(layout(op, use, configs), axis=1) * dtype_bytes
     return total
+
+
+def weight_tile(op: Operator, configs: np.ndarray) -> np.ndarray:
+    """Per configuration, the weight elements one device holds (every ``param`` input's tile)."""
+    total = np.zeros(configs.shape[0], dtype=np.float64)
+    for t in op.inputs:
+        if t.param:
+            total += t.use.size / np.prod(layout(op, t.use, configs), axis=1)
+    return total
+
+
+def replicas(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration, (how many devices hold the same weight tile, the span of that group): the
+    splits of the axes that index no weight (data parallelism's gradient all-reduce group)."""
+    indexed = {a for t in op.inputs if t.param for dims in t.use.dims for a in dims}
+    free = [a for a in op.axes if a not in indexed]
+    return axes_product(np.asarray(configs, dtype=np.float64), op, free), span(op, configs, free)

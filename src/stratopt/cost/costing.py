@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts
+from stratopt.cost.common import VertexCosts, replicas
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
 from stratopt.errors import ModelError
@@ -82,6 +82,12 @@ class Costing:
     memory_limit: float | None = None
     build_time: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
+    #: Per operator, which configurations keep the weight state sharded (``shard_weights=True``).
+    sharded: tuple[np.ndarray, ...] = ()
+
+    def is_sharded(self, v: int, c: int) -> bool:
+        """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
+        return bool(self.sharded[v][c]) if self.sharded else False
 
     @property
     def units(self) -> str:
@@ -134,7 +140,9 @@ class Costing:
                 {
                     "operator": op.name,
                     "op": op.op,
-                    "config": config_label(op, self.configs[v][c]),
+                    "config": self.problem.labels[v][c]
+                    if self.problem.labels
+                    else config_label(op, self.configs[v][c]),
                     "choices": int(self.configs[v].shape[0]),
                     "compute": compute,
                     "comm": comm,
@@ -188,6 +196,7 @@ def build(
     powers_of_two: bool = False,
     exact: bool = False,
     cutoff: int | None = None,
+    shard_weights: bool = False,
 ) -> Costing:
     """Price ``graph`` on ``procs`` devices of ``machine`` with a cost profile.
 
@@ -210,6 +219,10 @@ def build(
         The configuration policy (:class:`~stratopt.graph.configs.ConfigPolicy`); ``cutoff``
         (least block size per split axis) defaults to the graph's own (PaSE's RNNLM and
         Transformer ask for 1), else 4.
+    shard_weights
+        Also offer, for every product whose weights are replicated (data parallelism), the same
+        configuration with the weight state sharded over the replicas, FSDP / ZeRO-3 style
+        (labelled ``... fsdp``; priced by the profile's ``sharded`` method; ``default`` only).
 
     Raises
     ------
@@ -248,8 +261,24 @@ def build(
     for v, key in enumerate(keys):
         first.setdefault(key, v)
     unique_configs = {key: configurations(ops[v], policy) for key, v in first.items()}
-    configs = tuple(unique_configs[key] for key in keys)
     unique_costs = {key: prof.vertex(ops[v], unique_configs[key]) for key, v in first.items()}
+    unique_sharded = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
+    if shard_weights:
+        if not hasattr(prof, "sharded"):
+            raise ModelError(f"profile {prof.name!r} cannot price sharded weights (the default profile can)")
+        for key, v in first.items():
+            op, cfg = ops[v], unique_configs[key]
+            if op.op not in ("gemm", "conv") or not any(i.param for i in op.inputs):
+                continue
+            twins = np.flatnonzero(replicas(op, cfg)[0] > 1)
+            if twins.size == 0:
+                continue
+            base = _fields(unique_costs[key])
+            extra = _fields(prof.sharded(op, cfg[twins], VertexCosts(*(x[twins] for x in base))))
+            unique_configs[key] = np.vstack([cfg, cfg[twins]])
+            unique_costs[key] = VertexCosts(*(np.concatenate([a, b]) for a, b in zip(base, extra, strict=True)))
+            unique_sharded[key] = np.concatenate([np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)])
+    configs = tuple(unique_configs[key] for key in keys)
     vcosts = tuple(unique_costs[key] for key in keys)
     edges = tuple(graph.edges())
     matrices = []
@@ -265,7 +294,11 @@ def build(
             tables[key] = table
         matrices.append(table)
     unique_labels = {
-        key: [config_label(ops[v], row) for row in unique_configs[key].tolist()] for key, v in first.items()
+        key: [
+            config_label(ops[v], row) + (" fsdp" if shard else "")
+            for row, shard in zip(unique_configs[key].tolist(), unique_sharded[key].tolist(), strict=True)
+        ]
+        for key, v in first.items()
     }
     labels = [unique_labels[key] for key in keys]
     usage: dict[str, Any] = {}
@@ -296,4 +329,14 @@ def build(
         "priced_operators": len(first),
         "priced_edges": len(tables),
     }
-    return Costing(graph, prof, policy, configs, vcosts, edges, problem, memory_gb, time.perf_counter() - start, stats)
+    sharded = tuple(unique_sharded[key] for key in keys) if shard_weights else ()
+    stats["sharded_choices"] = int(sum(x.sum() for x in sharded))
+    return Costing(
+        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, time.perf_counter() - start, stats, sharded
+    )
+
+
+def _fields(c: VertexCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """compute, comm, memory and the forward and gradient-sync parts (their defaults filled in)."""
+    fwd, _, sync = c.phases()
+    return (c.compute, c.comm, c.memory, fwd, sync)

@@ -32,7 +32,9 @@ from stratopt.cost.common import (
     memory_bytes,
     needed_words,
     per_device,
+    replicas,
     span,
+    weight_tile,
 )
 from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine
@@ -209,6 +211,27 @@ class DefaultProfile:
         group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
         # Forward activation and backward gradient: two messages.
         return 2.0 * self.machine.transfer(words * self.dtype_bytes, group) * _US
+
+    def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> VertexCosts:
+        """The same configurations with the operator's weight state sharded over its replicas (ZeRO-3 /
+        FSDP): the devices that hold the same weight tile (the splits of the axes no weight has) each keep
+        1/r of its value, gradient and optimizer state; the tile is all-gathered before the forward and
+        again before the backward pass, and the gradient reduce-scattered instead of all-reduced. Against
+        ``base`` (the unsharded costs of the same rows): one more all-gather of the tile, on the forward
+        path; the weight-gradient sync halves; the state held drops to 1/r."""
+        cfg = configs.astype(np.float64)
+        reps, spans = replicas(op, cfg)
+        held = weight_tile(op, cfg)
+        gather = self.machine.all_gather(held * self.dtype_bytes, reps, spans) * _US
+        fwd, _, sync = base.phases()
+        saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / reps)
+        return VertexCosts(
+            base.compute,
+            base.comm + gather,
+            base.memory - saved,
+            fwd + gather,
+            np.clip(sync - gather, 0.0, None),
+        )
 
     def describe(self) -> str:
         m = self.machine
