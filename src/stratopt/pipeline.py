@@ -1,0 +1,316 @@
+"""Pipeline stages and intra-operator splits in one search.
+
+The operator graph's order is cut into stages; each stage runs on its own group of devices with its
+own intra-operator strategy, and micro-batches flow through the stages under a 1F1B schedule. The
+search chooses the cuts, the group sizes and (so) the number of stages together, exactly, in the
+spirit of Alpa's inter-operator pass:
+
+- **Where a cut may go**: between two operators (in the graph's topological order) where exactly
+  one tensor crosses, the residual stream between two blocks, say (:func:`cut_points`). Stages are
+  runs of consecutive *units*, the pieces between those cuts.
+- **A stage's time** is the exact intra-operator optimum (the DP) of its subgraph on its group of
+  devices, per micro-batch: the graph as given is one micro-batch. Identical stages (the same
+  operators and shapes at another depth) are solved once.
+- **Group sizes** divide the cluster the way it is built: a divisor of the devices in a node, or a
+  whole number of nodes. Stages take consecutive devices, so the transfer between two stages
+  crosses nodes exactly when the devices before the boundary fill whole nodes.
+- **The objective** is 1F1B's iteration time for M micro-batches: every stage (and every transfer
+  between stages, counted as a stage of its own) runs each micro-batch once, forward and backward,
+  and the slowest one sets the pace: ``sum(times) + (M - 1) * max(times)``.
+
+The search is a DP over (units placed, devices used) for every candidate bottleneck time T (each
+stage and transfer at most T, the sum least), taking the best ``sum + (M - 1) * T``; T runs over the
+stage and transfer times in increasing order and stops once ``(M - 1) * T`` alone exceeds the best
+answer: exact for this objective over these cuts and group sizes (tested against brute force).
+Not modelled: each stage's gradient synchronisation is counted per micro-batch (it happens once per
+iteration), and the memory 1F1B keeps in flight is not yet a constraint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph, Input
+
+__all__ = ["PipelinePlan", "Stage", "cut_points", "search", "stage_graph"]
+
+_US = 1e6
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Operators ``[start, end)`` of the graph on ``devices`` devices: per micro-batch ``time``
+    (microseconds, the intra-operator optimum) with ``assignment`` (configuration indices of the
+    stage's own problem, :func:`stage_graph`)."""
+
+    start: int
+    end: int
+    devices: int
+    time: float
+    assignment: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Stages in order, the transfers between them (microseconds per micro-batch) and the 1F1B
+    iteration time ``estimate`` for ``microbatches`` micro-batches."""
+
+    stages: tuple[Stage, ...]
+    transfers: tuple[float, ...]
+    microbatches: int
+    estimate: float
+    devices: int
+
+    @property
+    def bottleneck(self) -> float:
+        return max([s.time for s in self.stages] + list(self.transfers))
+
+
+def cut_points(graph: Graph) -> list[int]:
+    """Positions ``i`` (a cut between operators ``i - 1`` and ``i``) where exactly one tensor
+    crosses: one producer before the cut feeds operators after it. 0 and ``len(graph)`` included.
+
+    >>> from stratopt.graph import GraphBuilder
+    >>> g = GraphBuilder("chain"); x = g.fc(g.fc(g.fc(g.input((8, 16)), 16), 16), 16)
+    >>> cut_points(g.build())
+    [0, 1, 2, 3]
+    """
+    n = len(graph)
+    last = [-1] * n
+    for u, v, _ in graph.edges():
+        last[u] = max(last[u], v)
+    live = np.zeros(n + 1, dtype=np.int64)  # producers live across cut i: u < i <= last[u]
+    for u in range(n):
+        if last[u] > u:
+            live[u + 1] += 1
+            live[last[u] + 1] -= 1
+    live = np.cumsum(live)
+    return [0, *[i for i in range(1, n) if live[i] == 1], n]
+
+
+def stage_graph(graph: Graph, start: int, end: int) -> Graph:
+    """Operators ``[start, end)`` as a graph of their own: a tensor from before ``start`` becomes a
+    graph input (the stage receives it)."""
+    ops = graph.operators[start:end]
+    inside = {op.name for op in ops}
+    out = []
+    for op in ops:
+        inputs = tuple(
+            i if i.source is None or i.source in inside else Input(None, i.use, 0, False) for i in op.inputs
+        )
+        out.append(dataclasses.replace(op, inputs=inputs))
+    return Graph(f"{graph.name}[{start}:{end}]", tuple(out), graph.source, graph.cutoff)
+
+
+class _StageCosts:
+    """Memoised stage times: the DP's optimum of a stage's subgraph on g devices, keyed by what the
+    subgraph is (operator signatures and internal edges), so identical stages are solved once."""
+
+    def __init__(self, graph: Graph, machine: Any, time_limit: float | None) -> None:
+        from stratopt.cost.costing import signature
+
+        self.graph = graph
+        self.machine = machine
+        self.time_limit = time_limit
+        self.index = graph.index
+        self.keys = [hash(signature(op)) for op in graph.operators]
+        self.memo: dict[tuple[Any, ...], tuple[float, tuple[int, ...]]] = {}
+        self.solves = 0
+
+    def key(self, start: int, end: int, g: int) -> tuple[Any, ...]:
+        ops = self.graph.operators
+        wiring = tuple(
+            self.index[i.source] - start if i.source is not None and start <= self.index[i.source] < end else -1
+            for op in ops[start:end]
+            for i in op.inputs
+        )
+        return (tuple(self.keys[start:end]), wiring, g)
+
+    def __call__(self, start: int, end: int, g: int) -> tuple[float, tuple[int, ...]]:
+        key = self.key(start, end, g)
+        found = self.memo.get(key)
+        if found is None:
+            from stratopt.cost import build
+            from stratopt.solvers import solve
+
+            costing = build(stage_graph(self.graph, start, end), g, machine=self.machine, cutoff=1)
+            result = solve(costing.problem, "dp", time_limit=self.time_limit)
+            if result.assignment is None or result.status.value != "optimal":
+                raise ModelError(f"{self.graph.name}: no exact strategy for operators {start}..{end - 1} on {g} devices")
+            found = (float(result.objective or 0.0), tuple(int(c) for c in result.assignment))
+            self.memo[key] = found
+            self.solves += 1
+        return found
+
+
+def _sizes(nodes: int, per_node: int) -> list[int]:
+    """Group sizes: divisors of a node's devices, then whole numbers of nodes."""
+    small = [d for d in range(1, per_node + 1) if per_node % d == 0]
+    return sorted(set(small) | {k * per_node for k in range(1, nodes + 1)})
+
+
+def _units(graph: Graph, max_units: int | None) -> list[int]:
+    cuts = cut_points(graph)
+    if max_units is None or len(cuts) - 1 <= max_units:
+        return cuts
+    inner = cuts[1:-1]
+    keep = sorted({inner[round(k * (len(inner) - 1) / (max_units - 2))] for k in range(max_units - 1)})
+    return [0, *keep, len(graph)]
+
+
+def search(
+    graph: Graph,
+    nodes: int,
+    gpus_per_node: int,
+    *,
+    machine: str | Any = "h100",
+    microbatches: int = 1,
+    stages: int | None = None,
+    max_units: int | None = 24,
+    time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> PipelinePlan:
+    """The best pipeline for ``graph`` (one micro-batch) on ``nodes`` x ``gpus_per_node`` devices.
+
+    ``stages``: exactly that many stages (None: any number, the search chooses). ``max_units``:
+    at most that many units between candidate cuts (evenly chosen among :func:`cut_points`; None
+    keeps every cut). Devices may be left unused (as the intra-operator policy allows).
+
+    >>> plan = search(__import__("stratopt").load_instance("alexnet"), 1, 4, stages=1)
+    >>> len(plan.stages), plan.stages[0].devices <= 4
+    (1, True)
+    """
+    from stratopt.plan import cluster
+
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+        raise ModelError(f"the number of micro-batches must be a positive integer, got {microbatches!r}")
+    if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or stages < 1):
+        raise ModelError(f"the number of stages must be a positive integer or 'auto', got {stages!r}")
+    where = cluster(nodes, gpus_per_node, machine)
+    say = progress or (lambda _msg: None)
+    cuts = _units(graph, max_units)
+    units = len(cuts) - 1
+    if stages is not None and stages > units:
+        raise ModelError(f"{graph.name}: {stages} stages asked, but the graph has only {units} places to cut")
+    p = where.devices
+    sizes = [g for g in _sizes(nodes, gpus_per_node) if g <= p]
+    cost = _StageCosts(graph, where.machine, time_limit)
+    time = {}
+    for i in range(units):
+        for j in range(i + 1, units + 1):
+            for g in sizes:
+                time[(i, j, g)] = cost(cuts[i], cuts[j], g)[0]
+    say(f"{graph.name}: {units} units, group sizes {sizes}: {cost.solves} distinct stage problems solved")
+    # The tensor crossing each cut: its producer's output, bytes of a micro-batch.
+    index = graph.index
+    crossing = {}
+    for c in cuts[1:-1]:
+        producers = {index[i.source] for op in graph.operators[c:] for i in op.inputs if i.source is not None}
+        u = max(x for x in producers if x < c)
+        crossing[c] = graph.operators[u].outputs[0].size * 2.0  # bf16 values
+
+    def transfer(c: int, boundary_devices: int) -> float:
+        crosses_node = boundary_devices % gpus_per_node == 0
+        group = np.array(p if crosses_node else 1)
+        span = np.array(p if crosses_node else 1)
+        bw, lat = where.machine.link(group, span)
+        return float(2.0 * (crossing[c] / bw + lat)) * _US  # activation forward, gradient backward
+
+    candidates = sorted({t for t in time.values()} | {transfer(c, d) for c in crossing for d in range(1, p)})
+    if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage
+        candidates = [math.inf]
+    max_stages = stages or units
+    best: tuple[float, list[tuple[int, int, int]], float] | None = None
+    floor = _least_sum(units, sizes, p, time, cuts, transfer, stages)
+    for bound in candidates:
+        if best is not None and (microbatches - 1) * bound + floor >= best[0]:
+            break
+        found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, bound, max_stages)
+        if found is None:
+            continue
+        total, layout = found
+        value = total + ((microbatches - 1) * bound if microbatches > 1 else 0.0)
+        if best is None or value < best[0] - 1e-9:
+            best = (value, layout, bound)
+    if best is None:
+        raise ModelError(f"{graph.name}: no pipeline of {stages} stages fits {p} devices")
+    _, layout, _ = best
+    plan_stages = []
+    transfers = []
+    used = 0
+    for k, (i, j, g) in enumerate(layout):
+        t, assignment = cost(cuts[i], cuts[j], g)
+        plan_stages.append(Stage(cuts[i], cuts[j], g, t, assignment))
+        used += g
+        if k < len(layout) - 1:
+            transfers.append(transfer(cuts[j], used))
+    times = [s.time for s in plan_stages] + transfers
+    estimate = sum(times) + (microbatches - 1) * max(times)
+    return PipelinePlan(tuple(plan_stages), tuple(transfers), microbatches, estimate, used)
+
+
+def _least_sum(units, sizes, p, time, cuts, transfer, stages) -> float:  # type: ignore[no-untyped-def]
+    found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, math.inf, stages or units)
+    return found[0] if found is not None else math.inf
+
+
+def _least_sum_under(  # type: ignore[no-untyped-def]
+    units, sizes, p, time, cuts, transfer, stages, bound, max_stages
+) -> tuple[float, list[tuple[int, int, int]]] | None:
+    """Least sum of stage and transfer times with every one at most ``bound``: a DP over (units
+    placed, devices used, stages so far when ``stages`` is fixed)."""
+    inf = math.inf
+    levels = max_stages if stages is not None else 1
+    # f[k][j][d]: least sum placing units [0, j) on d devices in k + 1 stages (k ignored unless fixed).
+    f = [[[inf] * (p + 1) for _ in range(units + 1)] for _ in range(levels)]
+    back: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
+    for j in range(1, units + 1):
+        for g in sizes:
+            t = time[(0, j, g)]
+            if t <= bound and t < f[0][j][g]:
+                f[0][j][g] = t
+                back[(0, j, g)] = (-1, 0, 0, g)
+    for k in range(levels):
+        nk = k if stages is None else k + 1
+        if nk >= levels:
+            break
+        for i in range(1, units):
+            for d in range(1, p + 1):
+                base = f[k][i][d]
+                if base == inf:
+                    continue
+                c = transfer(cuts[i], d)
+                if c > bound:
+                    continue
+                for j in range(i + 1, units + 1):
+                    for g in sizes:
+                        if d + g > p:
+                            break
+                        t = time[(i, j, g)]
+                        if t > bound:
+                            continue
+                        value = base + c + t
+                        if value < f[nk][j][d + g] - 1e-12:
+                            f[nk][j][d + g] = value
+                            back[(nk, j, d + g)] = (k, i, d, g)
+    last = (stages - 1) if stages is not None else 0
+    row = f[last][units]
+    d_best = min(range(1, p + 1), key=lambda d: row[d])
+    if row[d_best] == inf:
+        return None
+    layout = []
+    k, j, d = last, units, d_best
+    while True:
+        pk, i, pd, g = back[(k, j, d)]
+        layout.append((0 if pk == -1 else i, j, g))
+        if pk == -1:
+            break
+        k, j, d = pk, i, pd
+    return row[d_best], layout[::-1]
