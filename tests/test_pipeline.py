@@ -52,7 +52,12 @@ def brute(graph, nodes, gpus, microbatches, stages=None) -> float:
                     times.append(stage_time(graph, start, end, groups[k], where.machine))
                     used += groups[k]
                     if k < count - 1:
-                        u = max(index[i.source] for op in graph.operators[end:] for i in op.inputs if i.source and index[i.source] < end)
+                        u = max(
+                            index[i.source]
+                            for op in graph.operators[end:]
+                            for i in op.inputs
+                            if i.source and index[i.source] < end
+                        )
                         words = graph.operators[u].outputs[0].size * 2.0
                         crosses = used % gpus == 0
                         bw, lat = where.machine.link(p if crosses else 1, p if crosses else 1)
@@ -61,7 +66,9 @@ def brute(graph, nodes, gpus, microbatches, stages=None) -> float:
     return best
 
 
-@pytest.mark.parametrize(("nodes", "gpus", "microbatches", "stages"), [(1, 4, 8, None), (2, 2, 4, None), (2, 2, 1, None), (1, 4, 16, 2)])
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "microbatches", "stages"), [(1, 4, 8, None), (2, 2, 4, None), (2, 2, 1, None), (1, 4, 16, 2)]
+)
 def test_search_equals_brute_force(nodes, gpus, microbatches, stages) -> None:
     """A six-layer chain (a cut between every pair of layers) on 4 devices: the search's 1F1B time
     equals the best over every cut, every group size and (unless fixed) every stage count, and its
@@ -72,7 +79,9 @@ def test_search_equals_brute_force(nodes, gpus, microbatches, stages) -> None:
     times = [s.time for s in found.stages] + list(found.transfers)
     assert found.estimate == pytest.approx(sum(times) + (microbatches - 1) * max(times))
     assert stages is None or len(found.stages) == stages
-    assert [s.start for s in found.stages][0] == 0 and found.stages[-1].end == len(graph)
+    bounds = [(s.start, s.end) for s in found.stages]
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(graph)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))  # consecutive, covering all
 
 
 def test_one_stage_is_the_intra_operator_optimum() -> None:

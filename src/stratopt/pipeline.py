@@ -102,9 +102,7 @@ def stage_graph(graph: Graph, start: int, end: int) -> Graph:
     inside = {op.name for op in ops}
     out = []
     for op in ops:
-        inputs = tuple(
-            i if i.source is None or i.source in inside else Input(None, i.use, 0, False) for i in op.inputs
-        )
+        inputs = tuple(i if i.source is None or i.source in inside else Input(None, i.use, 0, False) for i in op.inputs)
         out.append(dataclasses.replace(op, inputs=inputs))
     return Graph(f"{graph.name}[{start}:{end}]", tuple(out), graph.source, graph.cutoff)
 
@@ -143,7 +141,9 @@ class _StageCosts:
             costing = build(stage_graph(self.graph, start, end), g, machine=self.machine, cutoff=1)
             result = solve(costing.problem, "dp", time_limit=self.time_limit)
             if result.assignment is None or result.status.value != "optimal":
-                raise ModelError(f"{self.graph.name}: no exact strategy for operators {start}..{end - 1} on {g} devices")
+                raise ModelError(
+                    f"{self.graph.name}: no exact strategy for operators {start}..{end - 1} on {g} devices"
+                )
             found = (float(result.objective or 0.0), tuple(int(c) for c in result.assignment))
             self.memo[key] = found
             self.solves += 1
