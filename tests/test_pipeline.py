@@ -108,3 +108,58 @@ def test_cuts_and_errors() -> None:
         search(chain(), 1, 2, microbatches=0)
     with pytest.raises(ModelError, match="places to cut"):
         search(chain(), 1, 2, stages=9)
+
+
+def test_simulation_of_one_stage_is_todays_simulation() -> None:
+    """A one-stage, one-micro-batch pipeline simulates to exactly the operator-level simulation of
+    today's plan; with M micro-batches, to M times it (the stage never idles)."""
+    from stratopt.pipeline import simulate
+    from stratopt.sim.trace import simulate_strategy
+
+    graph = chain()
+    where = cluster(1, 4)
+    one = search(graph, 1, 4, stages=1)
+    costing = build(graph, one.stages[0].devices, machine=where.machine, cutoff=1)
+    today = simulate_strategy(costing, one.stages[0].assignment)[1]["iteration_time"]
+    assert simulate(graph, one, where.machine)[1]["iteration_time"] == pytest.approx(today)
+    many = search(graph, 1, 4, stages=1, microbatches=3)
+    assert simulate(graph, many, where.machine)[1]["iteration_time"] == pytest.approx(3 * today)
+
+
+def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> None:
+    """Equal stages with no transfer time: 1F1B takes (M + S - 1) (f + b), the estimate's formula,
+    and GPipe's order takes as long or longer; the bubble is (S - 1) / (M + S - 1)."""
+    from stratopt.pipeline import PipelinePlan, Stage, simulate
+
+    graph = chain((64,) * 4)
+    where = cluster(1, 4)
+    stages = tuple(Stage(k, k + 1, 1, 0.0, (0,)) for k in range(4))
+    plan = PipelinePlan(stages, (0.0, 0.0, 0.0), 8, 0.0, 4)
+    _, info = simulate(graph, plan, where.machine)
+    f, b = info["stage_passes"][1]["forward"], info["stage_passes"][1]["backward"]
+    assert all(p == pytest.approx({"forward": f, "backward": b}) for p in info["stage_passes"])
+    assert info["iteration_time"] == pytest.approx((8 + 4 - 1) * (f + b))
+    assert info["bubble"] == pytest.approx(3 / 11)
+    assert simulate(graph, plan, where.machine, "gpipe")[1]["iteration_time"] >= info["iteration_time"] - 1e-9
+
+
+def test_cli_stages(tmp_path, capsys) -> None:
+    """plan --stages N --microbatches M: the JSON carries the stages (operators, devices, strategy)
+    and the pipelined estimate and simulated time; --gantt writes a chart; a bad --stages is one
+    line, exit 2; --stages 1 (the default) adds nothing."""
+    import json
+
+    from stratopt.cli import main
+
+    gantt = tmp_path / "pipe.png"
+    args = ["plan", "alexnet", "--nodes", "1", "--gpus-per-node", "4", "--no-simulate", "--json"]
+    assert main([*args, "--stages", "2", "--microbatches", "4", "--gantt", str(gantt)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pipe = out["pipeline"]
+    assert len(pipe["stages"]) == 2 and sum(s["devices"] for s in pipe["stages"]) <= 4
+    assert pipe["estimate"] > 0 and pipe["simulated"] > 0 and gantt.stat().st_size > 0
+    assert pipe["stages"][0]["start"] == 0 and pipe["stages"][1]["start"] == pipe["stages"][0]["end"]
+    assert main(args) == 0
+    assert "pipeline" not in json.loads(capsys.readouterr().out)
+    assert main([*args, "--stages", "two"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -325,6 +325,8 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     """
     from stratopt.plan import plan
 
+    if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
+        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")
     result = plan(
         args.model,
         args.nodes,
@@ -337,13 +339,53 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     )
     if args.export is not None:
         _export_plan(result, args.export)
+    pipelined = _pipeline(args, result) if args.stages != "1" else None
     if args.json:
-        print(json.dumps(result.to_dict()))
+        out = result.to_dict()
+        if pipelined is not None:
+            out["pipeline"] = pipelined
+        print(json.dumps(out))
     else:
         report.print_plan(result)
+        if pipelined is not None:
+            report.print_pipeline(pipelined, result)
         if args.export is not None:
             print(f"wrote {args.export}")
     return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
+
+
+def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
+    """--stages: the stage search and its simulation, beside the plan run micro-batch after micro-batch."""
+    from stratopt import pipeline
+    from stratopt.sim.trace import events, write_timeline
+
+    stages = None if args.stages == "auto" else int(args.stages)
+    graph, machine = result.costing.graph, result.cluster.machine
+    found = pipeline.search(
+        graph,
+        args.nodes,
+        args.gpus_per_node,
+        machine=machine,
+        microbatches=args.microbatches,
+        stages=stages,
+        progress=None if args.json else _stderr,
+    )
+    timeline, info = pipeline.simulate(graph, found, machine, args.schedule)
+    for line in write_timeline(
+        events(timeline), trace_file=args.trace, gantt_file=args.gantt, title=f"{graph.name}: {args.schedule}"
+    ):
+        _stderr(line)
+    single = result.plan.estimate * args.microbatches if result.plan.estimate is not None else None
+    return {
+        "microbatches": args.microbatches,
+        "schedule": args.schedule,
+        "estimate": found.estimate,
+        "simulated": info["iteration_time"],
+        "bubble": info["bubble"],
+        "transfers": list(found.transfers),
+        "stages": pipeline.describe(graph, found, machine),
+        "without_pipelining": single,
+    }
 
 
 def _export_plan(result: Any, path: str) -> None:
@@ -538,6 +580,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
+    p.add_argument(
+        "--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: no pipeline), N, or auto"
+    )
+    p.add_argument("--microbatches", type=_count, default=1, metavar="M", help="micro-batches per iteration (1)")
+    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (1f1b)")
+    p.add_argument("--trace", metavar="FILE.json", help="with --stages: a Chrome trace of the pipelined iteration")
+    p.add_argument("--gantt", metavar="FILE.png", help="with --stages: a Gantt chart of the pipelined iteration")
     _options(p, "time", "json", limit="seconds for the memory search (default 120)")
     p = _add(sub, _import_cmd)
     p.add_argument(

@@ -266,3 +266,23 @@ def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
     for r in rows:
         cells = [x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths, strict=True))]
         print("  ".join(cells).rstrip())
+
+
+def print_pipeline(info: dict[str, Any], result: Any) -> None:
+    """``stratopt plan --stages``: each stage, then the pipelined iteration against the plan run
+    micro-batch after micro-batch."""
+    m = info["microbatches"]
+    print()
+    print(f"pipeline: {len(info['stages'])} stages, {m} micro-batches, {info['schedule']}")
+    rows = [("stage", "operators", "devices", "us per micro-batch", "strategy")]
+    for s in info["stages"]:
+        words = "; ".join(
+            f"{r['layer']}: TP {r['tp']} DP {r['dp']}" for r in s["strategy"] if r["op"] in ("gemm", "conv")
+        )
+        rows.append((str(s["stage"]), " .. ".join(s["operators"]), str(s["devices"]), f"{s['time']:,.1f}", words[:80]))
+    _print_rows(rows, right={0, 2, 3})
+    single = info["without_pipelining"]
+    line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
+    if single:
+        line += f"; without pipelining {single:,.1f} us ({m} x the plan): {single / info['estimate']:.2f}x by the model"
+    print(line)
