@@ -29,6 +29,7 @@ iteration), and the memory 1F1B keeps in flight is not yet a constraint.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,12 +158,26 @@ def _sizes(nodes: int, per_node: int) -> list[int]:
 
 
 def _units(graph: Graph, max_units: int | None) -> list[int]:
+    """The cuts stages may use: every :func:`cut_points` cut, or at most ``max_units`` units made by
+    keeping every ``step``-th cut, ``step`` a multiple of the graph's period (the number of cuts
+    after which the units repeat: 2 for a Transformer block, attention then MLP), so that the units
+    stay alike and alike stages are solved once."""
     cuts = cut_points(graph)
     if max_units is None or len(cuts) - 1 <= max_units:
         return cuts
+    from stratopt.cost.costing import signature
+
+    keys = [hash(signature(op)) for op in graph.operators]
+    content = [tuple(keys[a:b]) for a, b in itertools.pairwise(cuts)]
+    period = 1
+    for q in range(1, 9):
+        middle = range(2, len(content) - q - 2)
+        if middle and sum(content[i] == content[i + q] for i in middle) >= 0.9 * len(middle):
+            period = q
+            break
+    step = period * max(1, math.ceil((len(cuts) - 1) / (period * max_units)))
     inner = cuts[1:-1]
-    keep = sorted({inner[round(k * (len(inner) - 1) / (max_units - 2))] for k in range(max_units - 1)})
-    return [0, *keep, len(graph)]
+    return [0, *inner[::step], len(graph)]
 
 
 def search(
@@ -409,15 +424,27 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
 
 
 def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, Any]]:
-    """Each stage in words: its operators (first and last), device group, time per micro-batch and
-    strategy (:func:`stratopt.plan.describe_layers`)."""
+    """Each stage in words: its operators (first and last), device group, time per micro-batch,
+    memory per device (weights, gradients, optimizer state, and the activations of every micro-batch
+    1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k) and strategy
+    (:func:`stratopt.plan.describe_layers`)."""
     from stratopt.cost import build
+    from stratopt.cost.common import layout
     from stratopt.plan import describe_layers
 
     out = []
+    count = len(plan.stages)
     for k, s in enumerate(plan.stages):
         sub = stage_graph(graph, s.start, s.end)
         costing = build(sub, s.devices, machine=machine, cutoff=1)
+        dtype = costing.profile.dtype_bytes
+        total = activations = 0.0
+        for v, op in enumerate(sub.operators):
+            c = s.assignment[v]
+            total += float(costing.vertex_costs[v].memory[c])
+            row = costing.configs[v][c : c + 1]
+            activations += sum(float(u.size / np.prod(layout(op, u, row))) * dtype for u in op.outputs)
+        in_flight = min(count - k, plan.microbatches)  # 1F1B: forwards waiting for their backward
         out.append(
             {
                 "stage": k,
@@ -426,6 +453,8 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
                 "end": s.end,
                 "devices": s.devices,
                 "time": s.time,
+                "in_flight": in_flight,
+                "memory": total + (in_flight - 1) * activations,
                 "strategy": describe_layers(sub, costing.configs, s.assignment, lambda _v, _c: False),
             }
         )

@@ -274,13 +274,24 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
     m = info["microbatches"]
     print()
     print(f"pipeline: {len(info['stages'])} stages, {m} micro-batches, {info['schedule']}")
-    rows = [("stage", "operators", "devices", "us per micro-batch", "strategy")]
+    rows = [("stage", "operators", "devices", "us per micro-batch", "GB per device", "fits", "strategy")]
+    limit = result.memory_gb * 1e9
     for s in info["stages"]:
         words = "; ".join(
             f"{r['layer']}: TP {r['tp']} DP {r['dp']}" for r in s["strategy"] if r["op"] in ("gemm", "conv")
         )
-        rows.append((str(s["stage"]), " .. ".join(s["operators"]), str(s["devices"]), f"{s['time']:,.1f}", words[:80]))
-    _print_rows(rows, right={0, 2, 3})
+        rows.append(
+            (
+                str(s["stage"]),
+                " .. ".join(s["operators"]),
+                str(s["devices"]),
+                f"{s['time']:,.1f}",
+                f"{s['memory'] / 1e9:,.1f}",
+                "yes" if s["memory"] <= limit else "no",
+                words[:70],
+            )
+        )
+    _print_rows(rows, right={0, 2, 3, 4})
     single = info["without_pipelining"]
     line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
     if single:
