@@ -25,8 +25,8 @@ import time
 def manual(graph, nodes: int, machine, microbatches: int, max_units: int | None):
     """Megatron-style: one stage per node on equal runs of units, tensor parallel 8 in each."""
     from stratopt.cost import build
-    from stratopt.pipeline import PipelinePlan, Stage, _units, stage_graph
-    from stratopt.plan import baselines
+    from stratopt.pipeline import PipelinePlan, Stage, _units, crossing_bytes, stage_graph, transfer_time
+    from stratopt.plan import baselines, cluster
     from stratopt.problem import evaluate
 
     cuts = _units(graph, max_units)
@@ -43,14 +43,10 @@ def manual(graph, nodes: int, machine, microbatches: int, max_units: int | None)
             return None
         stages.append(Stage(start, end, 8, float(evaluate(costing.problem, found).objective), found))
 
-    transfers = []
-    for k in range(nodes - 1):
-        c = cuts[bounds[k + 1]]
-        index = graph.index
-        u = max(index[i.source] for op in graph.operators[c:] for i in op.inputs if i.source and index[i.source] < c)
-        words = graph.operators[u].outputs[0].size * 2.0
-        bw, lat = machine.link(nodes * 8, nodes * 8)
-        transfers.append(float(2.0 * (words / bw + lat)) * 1e6)
+    where = cluster(nodes, 8)
+    transfers = [
+        transfer_time(crossing_bytes(graph, cuts[bounds[k + 1]]), 8 * (k + 1), where) for k in range(nodes - 1)
+    ]
     times = [s.time for s in stages] + transfers
     estimate = sum(times) + (microbatches - 1) * max(times)
     return PipelinePlan(tuple(stages), tuple(transfers), microbatches, estimate, nodes * 8)

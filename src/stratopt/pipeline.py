@@ -40,7 +40,18 @@ import numpy as np
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph, Input
 
-__all__ = ["PipelinePlan", "Stage", "cut_points", "search", "stage_graph"]
+__all__ = [
+    "PipelinePlan",
+    "Stage",
+    "crossing_bytes",
+    "cut_points",
+    "describe",
+    "schedule_order",
+    "search",
+    "simulate",
+    "stage_graph",
+    "transfer_time",
+]
 
 _US = 1e6
 
@@ -106,6 +117,24 @@ def stage_graph(graph: Graph, start: int, end: int) -> Graph:
         inputs = tuple(i if i.source is None or i.source in inside else Input(None, i.use, 0, False) for i in op.inputs)
         out.append(dataclasses.replace(op, inputs=inputs))
     return Graph(f"{graph.name}[{start}:{end}]", tuple(out), graph.source, graph.cutoff)
+
+
+def crossing_bytes(graph: Graph, cut: int) -> float:
+    """Bytes of the one tensor crossing ``cut`` (a :func:`cut_points` position), in bf16."""
+    index = graph.index
+    producers = {index[i.source] for op in graph.operators[cut:] for i in op.inputs if i.source is not None}
+    u = max(x for x in producers if x < cut)
+    return graph.operators[u].outputs[0].size * 2.0
+
+
+def transfer_time(nbytes: float, devices_before: int, where: Any) -> float:
+    """Microseconds to send a stage boundary's tensor forward and its gradient back, on NVLink
+    unless the devices before the boundary fill whole nodes of ``where`` (a
+    :class:`~stratopt.plan.Cluster`), then on the network."""
+    crosses = devices_before % where.gpus_per_node == 0
+    size = np.array(where.devices if crosses else 1)
+    bw, lat = where.machine.link(size, size)
+    return float(2.0 * (nbytes / bw + lat)) * _US
 
 
 class _StageCosts:
@@ -223,20 +252,10 @@ def search(
             for g in sizes:
                 time[(i, j, g)] = cost(cuts[i], cuts[j], g)[0]
     say(f"{graph.name}: {units} units, group sizes {sizes}: {cost.solves} distinct stage problems solved")
-    # The tensor crossing each cut: its producer's output, bytes of a micro-batch.
-    index = graph.index
-    crossing = {}
-    for c in cuts[1:-1]:
-        producers = {index[i.source] for op in graph.operators[c:] for i in op.inputs if i.source is not None}
-        u = max(x for x in producers if x < c)
-        crossing[c] = graph.operators[u].outputs[0].size * 2.0  # bf16 values
+    crossing = {c: crossing_bytes(graph, c) for c in cuts[1:-1]}
 
     def transfer(c: int, boundary_devices: int) -> float:
-        crosses_node = boundary_devices % gpus_per_node == 0
-        group = np.array(p if crosses_node else 1)
-        span = np.array(p if crosses_node else 1)
-        bw, lat = where.machine.link(group, span)
-        return float(2.0 * (crossing[c] / bw + lat)) * _US  # activation forward, gradient backward
+        return transfer_time(crossing[c], boundary_devices, where)
 
     candidates = sorted({t for t in time.values()} | {transfer(c, d) for c in crossing for d in range(1, p)})
     if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage

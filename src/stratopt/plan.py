@@ -47,8 +47,6 @@ from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
 
 __all__ = ["Cluster", "PlanResult", "Strategy", "baselines", "cluster", "plan"]
 
-_US = 1e6
-
 
 @dataclass(frozen=True)
 class Cluster:
@@ -169,10 +167,6 @@ class PlanResult:
 def batch_axes(op: Operator) -> list[str]:
     """The axes that index the operator's batch (its output's first dimension)."""
     return list(op.outputs[0].dims[0]) if op.outputs and op.outputs[0].dims else []
-
-
-def _weights(op: Operator) -> int:
-    return sum(i.use.size for i in op.inputs if i.param)
 
 
 def _is_product(op: Operator) -> bool:
