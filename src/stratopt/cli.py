@@ -321,7 +321,9 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     is an exact DP, with a lower bound), and measure the strategies people write by hand on the same model:
     data parallel, FSDP (ZeRO-3), Megatron tensor parallel inside a node with data parallel across nodes,
     and Megatron with FSDP. Prints the plan per layer in those words, then every strategy's step time (the
-    additive model and the simulator), memory per device and whether it fits.
+    additive model and the simulator), memory per device and whether it fits. With --stages, also cuts the
+    model into pipeline stages with their own device groups and strategies (1F1B over --microbatches) and
+    simulates the pipelined iteration.
     """
     from stratopt.plan import plan
 
@@ -333,7 +335,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         args.gpus_per_node,
         machine=args.machine,
         memory_gb=args.memory,
-        time_limit=args.time_limit,
+        time_limit=120.0 if args.time_limit is None else args.time_limit,
         simulate=not args.no_simulate,
         progress=None if args.json else _stderr,
     )
