@@ -29,8 +29,23 @@ def stage_time(graph, start, end, devices, machine) -> float:
     return float(solve(costing.problem, "dp").objective)
 
 
-def brute(graph, nodes, gpus, microbatches, stages=None) -> float:
-    """Every way to cut the units into consecutive stages and give each a group size."""
+def stage_memory(graph, start, end, devices, machine) -> tuple[float, float]:
+    """(bytes per device of the stage's fastest strategy, one micro-batch's activations), by hand."""
+    from stratopt.cost.common import layout
+
+    costing = build(stage_graph(graph, start, end), devices, machine=machine, cutoff=1)
+    chosen = solve(costing.problem, "dp").assignment
+    total = sum(float(costing.vertex_costs[v].memory[c]) for v, c in enumerate(chosen))
+    acts = 0.0
+    for v, op in enumerate(costing.graph.operators):
+        split = layout(op, op.outputs[0], costing.configs[v][chosen[v] : chosen[v] + 1])
+        acts += op.outputs[0].size / float(split.prod()) * 2.0
+    return total, acts
+
+
+def brute(graph, nodes, gpus, microbatches, stages=None, memory=None) -> float:
+    """Every way to cut the units into consecutive stages and give each a group size (stage k of S
+    holding min(S - k, M) micro-batches' activations within ``memory`` bytes, when given)."""
     where = cluster(nodes, gpus)
     p = where.devices
     cuts = cut_points(graph)
@@ -46,10 +61,13 @@ def brute(graph, nodes, gpus, microbatches, stages=None) -> float:
             for groups in itertools.product(sizes, repeat=count):
                 if sum(groups) > p:
                     continue
-                times, used = [], 0
+                times, used, fits = [], 0, True
                 for k in range(count):
                     start, end = cuts[bounds[k]], cuts[bounds[k + 1]]
                     times.append(stage_time(graph, start, end, groups[k], where.machine))
+                    if memory is not None:
+                        total, acts = stage_memory(graph, start, end, groups[k], where.machine)
+                        fits = fits and total + (min(count - k, microbatches) - 1) * acts <= memory
                     used += groups[k]
                     if k < count - 1:
                         u = max(
@@ -62,7 +80,8 @@ def brute(graph, nodes, gpus, microbatches, stages=None) -> float:
                         crosses = used % gpus == 0
                         bw, lat = where.machine.link(p if crosses else 1, p if crosses else 1)
                         times.append(float(2.0 * (words / bw + lat)) * 1e6)
-                best = min(best, sum(times) + (microbatches - 1) * max(times))
+                if fits:
+                    best = min(best, sum(times) + (microbatches - 1) * max(times))
     return best
 
 
@@ -163,3 +182,23 @@ def test_cli_stages(tmp_path, capsys) -> None:
     assert "pipeline" not in json.loads(capsys.readouterr().out)
     assert main([*args, "--stages", "two"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_memory_in_flight_against_brute_force() -> None:
+    """Under a memory limit that some stages break with 1F1B's in-flight activations, the search
+    still equals brute force over every cut, group size and stage count; a limit nothing meets is a
+    one-line error."""
+    graph = chain((512, 2048, 512, 2048, 512, 128))
+    where = cluster(1, 4)
+    free = search(graph, 1, 4, microbatches=8, max_units=None)
+    stage = free.stages[0]
+    total, acts = stage_memory(graph, stage.start, stage.end, stage.devices, where.machine)
+    limit = total + 0.5 * (len(free.stages) - 1) * acts  # the free optimum's first stage no longer fits
+    if len(free.stages) == 1:
+        limit = 0.9 * total
+    found = search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=limit / 1e9)
+    expected = brute(graph, 1, 4, 8, memory=limit)
+    assert found.estimate == pytest.approx(expected)
+    assert found.estimate > free.estimate  # the limit binds
+    with pytest.raises(ModelError, match="fits"):
+        search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=1e-6)

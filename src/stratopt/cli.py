@@ -370,6 +370,7 @@ def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
         machine=machine,
         microbatches=args.microbatches,
         stages=stages,
+        memory_gb=result.memory_gb,
         progress=None if args.json else _stderr,
     )
     timeline, info = pipeline.simulate(graph, found, machine, args.schedule)

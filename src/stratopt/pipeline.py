@@ -149,7 +149,7 @@ class _StageCosts:
         self.time_limit = time_limit
         self.index = graph.index
         self.keys = [hash(signature(op)) for op in graph.operators]
-        self.memo: dict[tuple[Any, ...], tuple[float, tuple[int, ...]]] = {}
+        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.solves = 0
 
     def key(self, start: int, end: int, g: int) -> tuple[Any, ...]:
@@ -174,10 +174,31 @@ class _StageCosts:
                 raise ModelError(
                     f"{self.graph.name}: no exact strategy for operators {start}..{end - 1} on {g} devices"
                 )
-            found = (float(result.objective or 0.0), tuple(int(c) for c in result.assignment))
+            assignment = tuple(int(c) for c in result.assignment)
+            found = (float(result.objective or 0.0), assignment, *_stage_memory(costing, assignment))
             self.memo[key] = found
             self.solves += 1
-        return found
+        return found[0], found[1]
+
+    def memory(self, start: int, end: int, g: int) -> tuple[float, float]:
+        """(bytes per device with one micro-batch's activations, those activations' bytes)."""
+        found = self.memo[self.key(start, end, g)]
+        return found[2], found[3]
+
+
+def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
+    """(bytes per device of a stage's strategy: weights, gradients, optimizer state and one
+    micro-batch's kept activations; the activations alone)."""
+    from stratopt.cost.common import layout
+
+    dtype = costing.profile.dtype_bytes
+    total = activations = 0.0
+    for v, op in enumerate(costing.graph.operators):
+        c = assignment[v]
+        total += float(costing.vertex_costs[v].memory[c])
+        row = costing.configs[v][c : c + 1]
+        activations += sum(float(u.size / np.prod(layout(op, u, row))) * dtype for u in op.outputs)
+    return total, activations
 
 
 def _sizes(nodes: int, per_node: int) -> list[int]:
@@ -217,15 +238,18 @@ def search(
     machine: str | Any = "h100",
     microbatches: int = 1,
     stages: int | None = None,
-    max_units: int | None = 24,
+    max_units: int | None = 12,
+    memory_gb: float | None = None,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PipelinePlan:
     """The best pipeline for ``graph`` (one micro-batch) on ``nodes`` x ``gpus_per_node`` devices.
 
     ``stages``: exactly that many stages (None: any number, the search chooses). ``max_units``:
-    at most that many units between candidate cuts (evenly chosen among :func:`cut_points`; None
-    keeps every cut). Devices may be left unused (as the intra-operator policy allows).
+    at most that many units between candidate cuts (see :func:`cut_points`; None keeps every cut).
+    ``memory_gb``: per device (default: the machine's); stage k of S must hold its weight state and
+    the activations of ``min(S - k, microbatches)`` micro-batches (1F1B keeps that many in flight)
+    with its fastest strategy. Devices may be left unused (as the intra-operator policy allows).
 
     >>> plan = search(__import__("stratopt").load_instance("alexnet"), 1, 4, stages=1)
     >>> len(plan.stages), plan.stages[0].devices <= 4
@@ -257,24 +281,39 @@ def search(
     def transfer(c: int, boundary_devices: int) -> float:
         return transfer_time(crossing[c], boundary_devices, where)
 
+    limit = (where.machine.memory_gb if memory_gb is None else float(memory_gb)) * 1e9
+    memory = {key: cost.memory(cuts[key[0]], cuts[key[1]], key[2]) for key in time}
+    worst = min(units, microbatches)
+    # Memory depends on a stage's place (how many stages follow it) only through the in-flight count;
+    # when every stage fits even with the most in flight, one DP over any number of stages is exact,
+    # else one DP per stage count, each knowing every stage's place.
+    binding = any(m + (worst - 1) * a > limit for m, a in memory.values())
+
+    def fits(i: int, j: int, g: int, flight: int) -> bool:
+        m, a = memory[(i, j, g)]
+        return m + (min(flight, microbatches) - 1) * a <= limit
+
     candidates = sorted({t for t in time.values()} | {transfer(c, d) for c in crossing for d in range(1, p)})
     if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage
         candidates = [math.inf]
-    max_stages = stages or units
+    counts: list[int | None] = [stages] if stages is not None or not binding else list(range(1, units + 1))
     best: tuple[float, list[tuple[int, int, int]], float] | None = None
-    floor = _least_sum(units, sizes, p, time, cuts, transfer, stages)
-    for bound in candidates:
-        if best is not None and (microbatches - 1) * bound + floor >= best[0]:
-            break
-        found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, bound, max_stages)
-        if found is None:
-            continue
-        total, layout = found
-        value = total + ((microbatches - 1) * bound if microbatches > 1 else 0.0)
-        if best is None or value < best[0] - 1e-9:
-            best = (value, layout, bound)
+    for count in counts:
+        check = fits if binding else None
+        floor = _least_sum(units, sizes, p, time, cuts, transfer, count, check)
+        for bound in candidates:
+            if floor == math.inf or (best is not None and (microbatches - 1) * bound + floor >= best[0]):
+                break
+            found = _least_sum_under(units, sizes, p, time, cuts, transfer, count, bound, count or units, check)
+            if found is None:
+                continue
+            total, layout = found
+            value = total + ((microbatches - 1) * bound if microbatches > 1 else 0.0)
+            if best is None or value < best[0] - 1e-9:
+                best = (value, layout, bound)
     if best is None:
-        raise ModelError(f"{graph.name}: no pipeline of {stages} stages fits {p} devices")
+        what = f"{stages} stages" if stages is not None else "stages"
+        raise ModelError(f"{graph.name}: no pipeline of {what} on {p} devices fits {limit / 1e9:g} GB per device")
     _, layout, _ = best
     plan_stages = []
     transfers = []
@@ -290,16 +329,17 @@ def search(
     return PipelinePlan(tuple(plan_stages), tuple(transfers), microbatches, estimate, used)
 
 
-def _least_sum(units, sizes, p, time, cuts, transfer, stages) -> float:  # type: ignore[no-untyped-def]
-    found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, math.inf, stages or units)
+def _least_sum(units, sizes, p, time, cuts, transfer, stages, fits) -> float:  # type: ignore[no-untyped-def]
+    found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, math.inf, stages or units, fits)
     return found[0] if found is not None else math.inf
 
 
 def _least_sum_under(  # type: ignore[no-untyped-def]
-    units, sizes, p, time, cuts, transfer, stages, bound, max_stages
+    units, sizes, p, time, cuts, transfer, stages, bound, max_stages, fits=None
 ) -> tuple[float, list[tuple[int, int, int]]] | None:
     """Least sum of stage and transfer times with every one at most ``bound``: a DP over (units
-    placed, devices used, stages so far when ``stages`` is fixed)."""
+    placed, devices used, stages so far when ``stages`` is fixed). ``fits(i, j, g, in_flight)``
+    (with ``stages`` fixed) says whether a stage fits its memory at its place."""
     inf = math.inf
     levels = max_stages if stages is not None else 1
     # f[k][j][d]: least sum placing units [0, j) on d devices in k + 1 stages (k ignored unless fixed).
@@ -308,6 +348,8 @@ def _least_sum_under(  # type: ignore[no-untyped-def]
     for j in range(1, units + 1):
         for g in sizes:
             t = time[(0, j, g)]
+            if fits is not None and not fits(0, j, g, stages):
+                continue
             if t <= bound and t < f[0][j][g]:
                 f[0][j][g] = t
                 back[(0, j, g)] = (-1, 0, 0, g)
@@ -328,7 +370,7 @@ def _least_sum_under(  # type: ignore[no-untyped-def]
                         if d + g > p:
                             break
                         t = time[(i, j, g)]
-                        if t > bound:
+                        if t > bound or (fits is not None and not fits(i, j, g, stages - nk)):
                             continue
                         value = base + c + t
                         if value < f[nk][j][d + g] - 1e-12:
@@ -448,7 +490,6 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
     1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k) and strategy
     (:func:`stratopt.plan.describe_layers`)."""
     from stratopt.cost import build
-    from stratopt.cost.common import layout
     from stratopt.plan import describe_layers
 
     out = []
@@ -456,13 +497,7 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
     for k, s in enumerate(plan.stages):
         sub = stage_graph(graph, s.start, s.end)
         costing = build(sub, s.devices, machine=machine, cutoff=1)
-        dtype = costing.profile.dtype_bytes
-        total = activations = 0.0
-        for v, op in enumerate(sub.operators):
-            c = s.assignment[v]
-            total += float(costing.vertex_costs[v].memory[c])
-            row = costing.configs[v][c : c + 1]
-            activations += sum(float(u.size / np.prod(layout(op, u, row))) * dtype for u in op.outputs)
+        total, activations = _stage_memory(costing, s.assignment)
         in_flight = min(count - k, plan.microbatches)  # 1F1B: forwards waiting for their backward
         out.append(
             {

@@ -273,7 +273,8 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
     micro-batch after micro-batch."""
     m = info["microbatches"]
     print()
-    print(f"pipeline: {len(info['stages'])} stages, {m} micro-batches, {info['schedule']}")
+    count = len(info["stages"])
+    print(f"pipeline: {count} stage{'s' if count != 1 else ''}, {m} micro-batches, {info['schedule']}")
     rows = [("stage", "operators", "devices", "us per micro-batch", "GB per device", "fits", "strategy")]
     limit = result.memory_gb * 1e9
     for s in info["stages"]:
