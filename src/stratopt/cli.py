@@ -617,6 +617,9 @@ def entry() -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    from stratopt import instances
+
+    instances._ENTRY_GRAPHS.clear()  # one command, one import of an entry point
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)

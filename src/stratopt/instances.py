@@ -203,8 +203,10 @@ def _first_line(exc: BaseException) -> str:
 
 def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
     """A StrategyProblem (IOPDDL file or built-in), an operator :class:`Graph` (network name,
-    graph file or ONNX model file) or a :class:`~stratopt.placement.PlacementInstance`. Raises
-    :class:`ModelError` naming the path on any problem.
+    graph file, ONNX model file or ``module:function`` entry point) or a
+    :class:`~stratopt.placement.PlacementInstance`. Raises :class:`ModelError` naming the path on
+    any problem. An entry point is called once per process and its graph kept (a command may ask
+    twice); :func:`load_entry_point` calls it afresh.
 
     Examples
     --------
