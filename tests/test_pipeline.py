@@ -202,3 +202,17 @@ def test_memory_in_flight_against_brute_force() -> None:
     assert found.estimate > free.estimate  # the limit binds
     with pytest.raises(ModelError, match="fits"):
         search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=1e-6)
+
+
+def test_simulate_shows_the_pipelined_step(capsys) -> None:
+    """simulate --stages: the devices as nodes of the machine's size, the searched stages and the
+    simulated 1F1B step in JSON; a strategy given beside --stages is a one-line error."""
+    import json
+
+    from stratopt.cli import main
+
+    assert main(["simulate", "alexnet", "-p", "4", "--stages", "2", "--microbatches", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["pipeline"]
+    assert len(out["stages"]) == 2 and out["simulated"] > 0 and out["schedule"] == "1f1b"
+    assert main(["simulate", "alexnet", "-p", "4", "--stages", "2", "--solver", "dp"]) == 2
+    assert "leave out --strategy and --solver" in capsys.readouterr().err

@@ -212,6 +212,8 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
     from stratopt.sim import events, simulate_strategy, start_strategy
 
     costing = _costing(args, "simulate")
+    if args.stages is not None:
+        return _simulate_pipeline(args, costing)
     if args.strategy is not None and args.solver is not None:
         raise ModelError("give --strategy or --solver, not both")
     if args.strategy is not None:
@@ -231,6 +233,22 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
         print(json.dumps({**head, "strategy": {"source": source, "assignment": assignment}, **info}))
     else:
         report.print_simulation(costing.graph.name, procs, source, info, units)
+    return OK
+
+
+def _simulate_pipeline(args: argparse.Namespace, costing: Any) -> int:
+    """simulate --stages: the p devices as nodes of the machine's size, the stage search, its schedule."""
+    if args.strategy is not None or args.solver is not None:
+        raise ModelError("--stages searches each stage's strategy itself; leave out --strategy and --solver")
+    p, machine = costing.policy.procs, costing.profile.machine
+    gpus = min(p, machine.devices_per_node)
+    if p % gpus:
+        raise ModelError(f"--stages: {p} devices are not whole nodes of {gpus}")
+    info = _pipelined(args, costing.graph, p // gpus, gpus, machine, None)
+    if args.json:
+        print(json.dumps({"instance": args.instance, "procs": p, "units": costing.units, "pipeline": info}))
+    else:
+        report.print_pipeline_step(costing.graph.name, p, info)
     return OK
 
 
@@ -328,7 +346,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     from stratopt.plan import plan
 
     if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
-        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")
+        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")  # before the long part
     result = plan(
         args.model,
         args.nodes,
@@ -358,19 +376,31 @@ def _plan_cmd(args: argparse.Namespace) -> int:
 
 def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
     """--stages: the stage search and its simulation, beside the plan run micro-batch after micro-batch."""
+    single = result.plan.estimate * args.microbatches if result.plan.estimate is not None else None
+    graph, machine = result.costing.graph, result.cluster.machine
+    return {
+        **_pipelined(args, graph, args.nodes, args.gpus_per_node, machine, result.memory_gb),
+        "without_pipelining": single,
+    }
+
+
+def _pipelined(
+    args: argparse.Namespace, graph: Graph, nodes: int, gpus: int, machine: Any, memory_gb: float | None
+) -> dict[str, Any]:
+    """The stage search for --stages, its simulation under --schedule, and --trace / --gantt of it."""
     from stratopt import pipeline
     from stratopt.sim.trace import events, write_timeline
 
-    stages = None if args.stages == "auto" else int(args.stages)
-    graph, machine = result.costing.graph, result.cluster.machine
+    if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
+        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")
     found = pipeline.search(
         graph,
-        args.nodes,
-        args.gpus_per_node,
+        nodes,
+        gpus,
         machine=machine,
         microbatches=args.microbatches,
-        stages=stages,
-        memory_gb=result.memory_gb,
+        stages=None if args.stages == "auto" else int(args.stages),
+        memory_gb=memory_gb,
         progress=None if args.json else _stderr,
     )
     timeline, info = pipeline.simulate(graph, found, machine, args.schedule)
@@ -378,7 +408,6 @@ def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
         events(timeline), trace_file=args.trace, gantt_file=args.gantt, title=f"{graph.name}: {args.schedule}"
     ):
         _stderr(line)
-    single = result.plan.estimate * args.microbatches if result.plan.estimate is not None else None
     return {
         "microbatches": args.microbatches,
         "schedule": args.schedule,
@@ -387,7 +416,6 @@ def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
         "bubble": info["bubble"],
         "transfers": list(found.transfers),
         "stages": pipeline.describe(graph, found, machine),
-        "without_pipelining": single,
     }
 
 
@@ -565,6 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
     p.add_argument("--placement", metavar="FILE", help="placement jobs: node -> device JSON or 'place --json'")
     p.add_argument("--show", type=_count, default=20, metavar="N", help="placement jobs: tasks to print (default 20)")
+    p.add_argument(
+        "--stages", metavar="auto|N", help="pipeline the step: N stages or auto, searched (nodes of the machine's size)"
+    )
+    p.add_argument("--microbatches", type=_count, default=1, metavar="M", help="with --stages: micro-batches (1)")
+    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="with --stages: the schedule (1f1b)")
     _options(p, "json", "pricing")
     p = _add(sub, _search_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=network)

@@ -17,6 +17,8 @@ __all__ = [
     "print_evaluation",
     "print_explain",
     "print_models",
+    "print_pipeline",
+    "print_pipeline_step",
     "print_placement",
     "print_plan",
     "print_result",
@@ -268,15 +270,34 @@ def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
         print("  ".join(cells).rstrip())
 
 
+def print_pipeline_step(name: str, procs: int, info: dict[str, Any]) -> None:
+    """``stratopt simulate --stages``: the pipelined step, stage by stage."""
+    print(f"{name} on {procs} devices, pipelined:")
+    _print_stages(info, None)
+    print(
+        f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us simulated "
+        f"({info['schedule']}, bubble {info['bubble']:.0%})"
+    )
+
+
 def print_pipeline(info: dict[str, Any], result: Any) -> None:
     """``stratopt plan --stages``: each stage, then the pipelined iteration against the plan run
     micro-batch after micro-batch."""
-    m = info["microbatches"]
     print()
+    _print_stages(info, result.memory_gb * 1e9)
+    m = info["microbatches"]
+    single = info["without_pipelining"]
+    line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
+    if single:
+        line += f"; without pipelining {single:,.1f} us ({m} x the plan): {single / info['estimate']:.2f}x by the model"
+    print(line)
+
+
+def _print_stages(info: dict[str, Any], limit: float | None) -> None:
+    m = info["microbatches"]
     count = len(info["stages"])
     print(f"pipeline: {count} stage{'s' if count != 1 else ''}, {m} micro-batches, {info['schedule']}")
     rows = [("stage", "operators", "devices", "us per micro-batch", "GB per device", "fits", "strategy")]
-    limit = result.memory_gb * 1e9
     for s in info["stages"]:
         words = "; ".join(
             f"{r['layer']}: TP {r['tp']} DP {r['dp']}" for r in s["strategy"] if r["op"] in ("gemm", "conv")
@@ -288,13 +309,8 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
                 str(s["devices"]),
                 f"{s['time']:,.1f}",
                 f"{s['memory'] / 1e9:,.1f}",
-                "yes" if s["memory"] <= limit else "no",
+                "-" if limit is None else ("yes" if s["memory"] <= limit else "no"),
                 words[:70],
             )
         )
     _print_rows(rows, right={0, 2, 3, 4})
-    single = info["without_pipelining"]
-    line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
-    if single:
-        line += f"; without pipelining {single:,.1f} us ({m} x the plan): {single / info['estimate']:.2f}x by the model"
-    print(line)
