@@ -303,17 +303,27 @@ def _solve_under_memory(
     if least > limit:
         return None, f"infeasible: the least memory any strategy needs is {least / 1e9:.1f} GB per device", None
     bound = -math.inf
+
+    def penalised(price: float) -> tuple[tuple[int, ...], bool] | None:
+        """The exact optimum with memory at ``price`` microseconds per byte, and whether it fits;
+        its Lagrangian dual value raises the bound."""
+        nonlocal bound
+        step = _dp(_with_node_costs(problem, [b + price * m for b, m in zip(base, memory, strict=True)]), left())
+        if step is None:
+            return None
+        a, value = step
+        bound = max(bound, value - price * limit)
+        return a, _memory(costing, a) <= limit
+
     feasible: tuple[int, ...] | None = None
     feasible_cost = math.inf
-    lo, hi = 0.0, max(best_cost, 1.0) / max(limit, 1.0)  # microseconds per byte
+    lo, hi = 0.0, max(best_cost, 1.0) / max(limit, 1.0)
     for _ in range(60):  # find a price at which the penalised optimum fits
-        step = _dp(_with_node_costs(problem, [b + hi * m for b, m in zip(base, memory, strict=True)]), left())
-        if step is None:
+        found = penalised(hi)
+        if found is None:
             break
-        a, value = step
-        bound = max(bound, value - hi * limit)
-        if _memory(costing, a) <= limit:
-            feasible, feasible_cost = a, float(evaluate(problem, a).objective)
+        if found[1]:
+            feasible, feasible_cost = found[0], float(evaluate(problem, found[0]).objective)
             break
         lo, hi = hi, hi * 4.0
     if feasible is None:
@@ -322,16 +332,14 @@ def _solve_under_memory(
         if time_limit is not None and time.perf_counter() - started > time_limit:
             break
         mid = (lo + hi) / 2.0
-        step = _dp(_with_node_costs(problem, [b + mid * m for b, m in zip(base, memory, strict=True)]), left())
-        if step is None:
+        found = penalised(mid)
+        if found is None:
             break
-        a, value = step
-        bound = max(bound, value - mid * limit)
-        if _memory(costing, a) <= limit:
+        if found[1]:
             hi = mid
-            cost = float(evaluate(problem, a).objective)
+            cost = float(evaluate(problem, found[0]).objective)
             if cost < feasible_cost:
-                feasible, feasible_cost = a, cost
+                feasible, feasible_cost = found[0], cost
         else:
             lo = mid
         say(f"memory price {mid:.3g} us/byte: best fitting {feasible_cost:.1f} us, bound {bound:.1f} us ({i + 1}/14)")
