@@ -22,8 +22,9 @@ The search is a DP over (units placed, devices used) for every candidate bottlen
 stage and transfer at most T, the sum least), taking the best ``sum + (M - 1) * T``; T runs over the
 stage and transfer times in increasing order and stops once ``(M - 1) * T`` alone exceeds the best
 answer: exact for this objective over these cuts and group sizes (tested against brute force).
-Not modelled: each stage's gradient synchronisation is counted per micro-batch (it happens once per
-iteration), and the memory 1F1B keeps in flight is not yet a constraint.
+Memory: stage k of S keeps the activations of min(S - k, M) micro-batches in flight and must fit the
+device with its fastest strategy. Not modelled: each stage's gradient synchronisation is counted per
+micro-batch (it happens once per iteration).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost.common import weight_tile
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph, Operator
 from stratopt.machine import Machine, get_machine
@@ -215,13 +216,9 @@ def describe_layers(
             how = "+".join(named[g] for g in split)
             if attrs.get("lookup") and "k" in split:
                 how = "vocabulary"
-        weight_tiles = [
-            i.use.size / math.prod(math.prod(config[a] for a in dims) for dims in i.use.dims)
-            for i in op.inputs
-            if i.param
-        ]
         fsdp = sharded(v, assignment[v])
-        divided = any(t < i.use.size for t, i in zip(weight_tiles, [i for i in op.inputs if i.param], strict=True))
+        held = float(weight_tile(op, configs[v][assignment[v] : assignment[v] + 1])[0])
+        divided = held < sum(i.use.size for i in op.inputs if i.param)
         weights = "sharded (FSDP)" if fsdp else ("split" if divided else "replicated")
         numbers = _LAYER.findall(op.name)
         pattern = _LAYER.sub("*", op.name) if numbers else op.name
