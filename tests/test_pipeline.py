@@ -3,9 +3,11 @@ to today's intra-operator optimum, and the 1F1B objective."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from stratopt.cost import build
@@ -103,6 +105,36 @@ def test_search_equals_brute_force(nodes, gpus, microbatches, stages) -> None:
     assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))  # consecutive, covering all
 
 
+def residual(blocks: int = 4):
+    """Residual blocks (fc, fc, add) between which one tensor crosses, then a last layer."""
+    g = GraphBuilder("residual")
+    x = g.input((64, 128))
+    for _ in range(blocks):
+        x = g.elementwise(x, g.fc(g.fc(x, 256), 128))
+    g.fc(x, 32)
+    return g.build()
+
+
+@pytest.mark.parametrize(("graph", "nodes", "gpus"), [(chain(), 1, 4), (residual(), 2, 2), (residual(), 1, 4)])
+def test_chained_stage_times_equal_the_dp(graph, nodes, gpus) -> None:
+    """Every stage's time from the chain of unit tables equals the DP's optimum of that stage's own
+    graph, and the strategy recovered for it re-prices to that optimum on the stage's own problem."""
+    from stratopt.pipeline import _StageCosts
+    from stratopt.problem import evaluate
+
+    where = cluster(nodes, gpus)
+    cuts = cut_points(graph)
+    cost = _StageCosts(graph, cuts, where.machine, 1, None)
+    sizes = [g for g in _sizes(nodes, gpus) if g <= where.devices]
+    times = cost.times(len(cuts) - 1, sizes, lambda _m: None)
+    assert cost.chainable and len(times) == len(sizes) * (len(cuts) - 1) * len(cuts) // 2
+    for (i, j, g), t in times.items():
+        problem = build(stage_graph(graph, cuts[i], cuts[j]), g, machine=where.machine, cutoff=1).problem
+        assert t == pytest.approx(float(solve(problem, "dp").objective), rel=1e-9)
+        value, assignment = cost.fastest(i, j, g)
+        assert float(evaluate(problem, assignment).objective) == pytest.approx(t, rel=1e-9)
+
+
 def test_one_stage_is_the_intra_operator_optimum() -> None:
     """With one stage the pipeline is today's plan: the DP's optimum on all devices (or fewer, as the
     configuration policy allows), and M micro-batches take M times one."""
@@ -112,6 +144,47 @@ def test_one_stage_is_the_intra_operator_optimum() -> None:
     one = search(graph, 2, 2, stages=1)
     assert one.estimate == pytest.approx(reference)
     assert search(graph, 2, 2, stages=1, microbatches=5).estimate == pytest.approx(5 * reference)
+
+
+def wide_batch():
+    """Small layers on a big batch: data parallelism wins, so the weight gradients are synchronised."""
+    g = GraphBuilder("wide")
+    x = g.input((65536, 1024))
+    for w in (1024, 1024, 1024):
+        x = g.fc(x, w)
+    return g.build()
+
+
+def test_gradient_sync_once_per_iteration() -> None:
+    """Weight gradients are synchronised once per iteration, not per micro-batch: one stage over M
+    micro-batches costs M times the optimum of (per micro-batch work + sync / M), found by the DP on
+    those costs here, less than M whole steps; the simulation runs the sync once, after the last
+    backward pass, so M micro-batches take one step plus M - 1 times a step without its sync."""
+    from stratopt.pipeline import simulate
+    from stratopt.sim.trace import simulate_strategy
+
+    graph = wide_batch()
+    where = cluster(1, 4)
+    costing = build(graph, 4, machine=where.machine, cutoff=1)
+    whole = solve(costing.problem, "dp")
+    syncs = [c.phases()[2] for c in costing.vertex_costs]
+    assert sum(float(s[c]) for s, c in zip(syncs, whole.assignment, strict=True)) > 0  # DP syncs gradients
+    m = 6
+    amortised = costing.problem.replace(
+        node_costs=[c.total - (1 - 1 / m) * s for c, s in zip(costing.vertex_costs, syncs, strict=True)]
+    )
+    found = search(graph, 1, 4, stages=1, microbatches=m)
+    assert found.estimate == pytest.approx(m * solve(amortised, "dp").objective)
+    assert found.estimate < m * whole.objective - 1e-6
+    one = search(graph, 1, 4, stages=1)
+    _, info = simulate(graph, one, where.machine)
+    today = simulate_strategy(costing, one.stages[0].assignment)[1]["iteration_time"]
+    assert info["iteration_time"] == pytest.approx(today)
+    passes = info["stage_passes"][0]
+    assert passes["grad_sync"] > 0
+    many = dataclasses.replace(one, microbatches=m)  # the same strategy, m micro-batches
+    expected = today + (m - 1) * (passes["forward"] + passes["backward"])
+    assert simulate(graph, many, where.machine)[1]["iteration_time"] == pytest.approx(expected)
 
 
 def test_cuts_and_errors() -> None:
@@ -156,7 +229,7 @@ def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> N
     plan = PipelinePlan(stages, (0.0, 0.0, 0.0), 8, 0.0, 4)
     _, info = simulate(graph, plan, where.machine)
     f, b = info["stage_passes"][1]["forward"], info["stage_passes"][1]["backward"]
-    assert all(p == pytest.approx({"forward": f, "backward": b}) for p in info["stage_passes"])
+    assert all(p == pytest.approx({"forward": f, "backward": b, "grad_sync": 0.0}) for p in info["stage_passes"])
     assert info["iteration_time"] == pytest.approx((8 + 4 - 1) * (f + b))
     assert info["bubble"] == pytest.approx(3 / 11)
     assert simulate(graph, plan, where.machine, "gpipe")[1]["iteration_time"] >= info["iteration_time"] - 1e-9
@@ -184,11 +257,66 @@ def test_cli_stages(tmp_path, capsys) -> None:
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def fitted_time(graph, start, end, devices, machine, limit, flight, microbatches) -> float:
+    """The exact least per-micro-batch time of a stage whose strategy holds its weight state and
+    ``flight`` micro-batches' activations within ``limit`` bytes (the MIP, with the usage row)."""
+    from stratopt.cost.common import layout
+
+    costing = build(stage_graph(graph, start, end), devices, machine=machine, cutoff=1)
+    share = 1.0 - 1.0 / microbatches
+    usages = []
+    for v, op in enumerate(costing.graph.operators):
+        split = layout(op, op.outputs[0], costing.configs[v]).prod(axis=1)
+        usages.append(np.ceil(costing.vertex_costs[v].memory + (flight - 1) * op.outputs[0].size / split * 2.0))
+    problem = costing.problem.replace(
+        node_costs=[c.total - share * c.phases()[2] for c in costing.vertex_costs],
+        intervals=[(0, 1)] * len(costing.graph),
+        usages=usages,
+        usage_limit=int(limit),
+    )
+    result = solve(problem, "mip-highs")
+    return float(result.objective) if result.status.value == "optimal" else math.inf
+
+
+def brute_fitted(graph, nodes, gpus, microbatches, memory) -> float:
+    """Every cut, group size and stage count, each stage at its exact best that fits its place."""
+    where = cluster(nodes, gpus)
+    p = where.devices
+    cuts = cut_points(graph)
+    units = len(cuts) - 1
+    sizes = [g for g in _sizes(nodes, gpus) if g <= p]
+    cache: dict = {}
+    best = math.inf
+    for count in range(1, units + 1):
+        for inner in itertools.combinations(range(1, units), count - 1):
+            bounds = [0, *inner, units]
+            for groups in itertools.product(sizes, repeat=count):
+                if sum(groups) > p:
+                    continue
+                times, used = [], 0
+                for k in range(count):
+                    start, end = cuts[bounds[k]], cuts[bounds[k + 1]]
+                    key = (start, end, groups[k], min(count - k, microbatches))
+                    if key not in cache:
+                        cache[key] = fitted_time(graph, start, end, groups[k], where.machine, memory, key[3], microbatches)
+                    times.append(cache[key])
+                    used += groups[k]
+                    if k < count - 1:
+                        bw, lat = where.machine.link(1, 1)
+                        times.append(float(2.0 * (graph.operators[end - 1].outputs[0].size * 2.0 / bw + lat)) * 1e6)
+                best = min(best, sum(times) + (microbatches - 1) * max(times))
+    return best
+
+
 def test_memory_in_flight_against_brute_force() -> None:
-    """Under a memory limit that some stages break with 1F1B's in-flight activations, the search
-    still equals brute force over every cut, group size and stage count; a limit nothing meets is a
-    one-line error."""
-    graph = chain((512, 2048, 512, 2048, 512, 128))
+    """Under a memory limit that stages break with 1F1B's in-flight activations, the search's plan
+    fits (every stage, with its in-flight count), is no worse than the best over every cut, group
+    size and stage count with each stage's fastest strategy, and no better than the same with each
+    stage at its exact best that fits (the MIP): a stage whose fastest strategy does not fit takes
+    a slower one that does. A limit nothing meets is a one-line error."""
+    from stratopt.cost.common import layout
+
+    graph = chain((512, 2048, 512, 2048, 512))
     where = cluster(1, 4)
     free = search(graph, 1, 4, microbatches=8, max_units=None)
     stage = free.stages[0]
@@ -197,11 +325,35 @@ def test_memory_in_flight_against_brute_force() -> None:
     if len(free.stages) == 1:
         limit = 0.9 * total
     found = search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=limit / 1e9)
-    expected = brute(graph, 1, 4, 8, memory=limit)
-    assert found.estimate == pytest.approx(expected)
     assert found.estimate > free.estimate  # the limit binds
+    assert found.estimate <= brute(graph, 1, 4, 8, memory=limit) * (1 + 1e-9)
+    assert found.estimate >= brute_fitted(graph, 1, 4, 8, limit) * (1 - 1e-9)
+    for k, s in enumerate(found.stages):
+        costing = build(stage_graph(graph, s.start, s.end), s.devices, machine=where.machine, cutoff=1)
+        in_flight = min(len(found.stages) - k, 8)
+        used = 0.0
+        for v, op in enumerate(costing.graph.operators):
+            c = s.assignment[v]
+            split = float(layout(op, op.outputs[0], costing.configs[v][c : c + 1]).prod())
+            used += float(costing.vertex_costs[v].memory[c]) + (in_flight - 1) * op.outputs[0].size / split * 2.0
+        assert used <= limit
     with pytest.raises(ModelError, match="fits"):
         search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=1e-6)
+
+
+def test_a_stage_too_big_for_its_fastest_strategy_takes_one_that_fits() -> None:
+    """One stage whose fastest strategy needs more memory than the limit: the search takes the
+    slower strategy that fits, the MIP's exact constrained optimum here, instead of giving up."""
+    graph = chain((4096, 4096, 4096))
+    where = cluster(1, 4)
+    free = search(graph, 1, 4, stages=1, max_units=None)
+    s = free.stages[0]
+    total, _ = stage_memory(graph, s.start, s.end, s.devices, where.machine)
+    limit = 0.8 * total
+    found = search(graph, 1, 4, stages=1, max_units=None, memory_gb=limit / 1e9)
+    exact = min(fitted_time(graph, 0, len(graph), g, where.machine, limit, 1, 1) for g in (1, 2, 4))
+    assert found.estimate > free.estimate
+    assert found.estimate == pytest.approx(exact)
 
 
 def test_simulate_shows_the_pipelined_step(capsys) -> None:

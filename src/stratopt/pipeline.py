@@ -8,9 +8,13 @@ spirit of Alpa's inter-operator pass:
 - **Where a cut may go**: between two operators (in the graph's topological order) where exactly
   one tensor crosses, the residual stream between two blocks, say (:func:`cut_points`). Stages are
   runs of consecutive *units*, the pieces between those cuts.
-- **A stage's time** is the exact intra-operator optimum (the DP) of its subgraph on its group of
-  devices, per micro-batch: the graph as given is one micro-batch. Identical stages (the same
-  operators and shapes at another depth) are solved once.
+- **A stage's time** is the exact intra-operator optimum of its subgraph on its group of devices,
+  per micro-batch (the graph as given is one micro-batch), with the weight-gradient
+  synchronisation counted once per iteration (``1 / M`` of it per micro-batch). The whole graph is
+  priced once per group size; since one tensor crosses each cut, its producer separates the units,
+  each unit reduces to a table over the choices of the producer it receives and the one it sends on
+  (the DP's eliminations stopped short of those two), and every stage's optimum is a min-plus chain
+  of its units' tables: exact, and alike units share one table.
 - **Group sizes** divide the cluster the way it is built: a divisor of the devices in a node, or a
   whole number of nodes. Stages take consecutive devices, so the transfer between two stages
   crosses nodes exactly when the devices before the boundary fill whole nodes.
@@ -22,9 +26,12 @@ The search is a DP over (units placed, devices used) for every candidate bottlen
 stage and transfer at most T, the sum least), taking the best ``sum + (M - 1) * T``; T runs over the
 stage and transfer times in increasing order and stops once ``(M - 1) * T`` alone exceeds the best
 answer: exact for this objective over these cuts and group sizes (tested against brute force).
-Memory: stage k of S keeps the activations of min(S - k, M) micro-batches in flight and must fit the
-device with its fastest strategy. Not modelled: each stage's gradient synchronisation is counted per
-micro-batch (it happens once per iteration).
+
+Memory: stage k of S holds its weight state and the activations of ``min(S - k, M)`` micro-batches
+(1F1B's in-flight count) within the device's memory. A stage whose fastest strategy does not fit
+there takes the cheapest one the Lagrangian memory search finds that does
+(:func:`stratopt.plan.under_memory`): exact where the fastest strategies fit, a heuristic (with a
+proven bound) for the stages where memory binds.
 """
 
 from __future__ import annotations
@@ -60,8 +67,8 @@ _US = 1e6
 @dataclass(frozen=True)
 class Stage:
     """Operators ``[start, end)`` of the graph on ``devices`` devices: per micro-batch ``time``
-    (microseconds, the intra-operator optimum) with ``assignment`` (configuration indices of the
-    stage's own problem, :func:`stage_graph`)."""
+    (microseconds, gradient synchronisation counted 1 / M; the intra-operator optimum unless memory
+    binds) with ``assignment`` (configuration indices of the stage's own problem, :func:`stage_graph`)."""
 
     start: int
     end: int
@@ -139,21 +146,89 @@ def transfer_time(nbytes: float, devices_before: int, where: Any) -> float:
 
 
 class _StageCosts:
-    """Memoised stage times: the DP's optimum of a stage's subgraph on g devices, keyed by what the
-    subgraph is (operator signatures and internal edges), so identical stages are solved once."""
+    """Per micro-batch stage times for every run of units on every group size.
 
-    def __init__(self, graph: Graph, machine: Any, time_limit: float | None) -> None:
+    The whole graph is priced once per group size; a stage is that problem's slice over its
+    operators (a tensor from before it arrives as an input, with no edge cost, as in
+    :func:`stage_graph`). Gradient synchronisation, which a stage does once per iteration after its
+    last backward pass, is counted ``1 / M`` per micro-batch.
+
+    Exactly one tensor crosses each cut, so its producer separates the operators before it from
+    those after: a unit's least cost for each choice ``a`` of the producer it receives and ``b`` of
+    the one it sends on is a table (:func:`stratopt.solvers.dp.marginal_table`), and a stage's
+    optimum is the min-plus product of its units' tables, exact. Alike units (the same operators
+    and wiring) share one table. A stage's strategy is solved for (the DP on its slice, whose
+    optimum must equal the chain's) only when it is needed: the plan's stages and memory checks.
+    """
+
+    def __init__(self, graph: Graph, cuts: list[int], machine: Any, microbatches: int, time_limit: float | None):
         from stratopt.cost.costing import signature
 
         self.graph = graph
+        self.cuts = cuts
         self.machine = machine
+        self.microbatches = microbatches
         self.time_limit = time_limit
         self.index = graph.index
         self.keys = [hash(signature(op)) for op in graph.operators]
-        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        n = len(graph)
+        self.edges = list(graph.edges())
+        self.in_edges: list[list[int]] = [[] for _ in range(n)]
+        last = [-1] * n
+        for e, (u, v, _) in enumerate(self.edges):
+            self.in_edges[v].append(e)
+            last[u] = max(last[u], v)
+        # The producer each unit sends on (the one tensor live across its end cut; the last
+        # operator for the last unit) and the one it receives (the previous unit's).
+        self.sends = []
+        for k in range(len(cuts) - 1):
+            end = cuts[k + 1]
+            live = [u for u in range(end) if last[u] >= end]
+            self.sends.append(live[0] if end < n and len(live) == 1 else n - 1)
+        # A unit whose end producer lies before it passes its input through: no chain then.
+        self.chainable = all(cuts[k] <= u < cuts[k + 1] for k, u in enumerate(self.sends))
+        self._costings: dict[int, Any] = {}
+        self._prices: dict[int, tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]] = {}
+        self._tables: dict[tuple[Any, ...], tuple[np.ndarray, Any]] = {}
+        self._solved: dict[tuple[Any, ...], tuple[float, tuple[int, ...]]] = {}
+        self.tables = 0
         self.solves = 0
 
+    def costing(self, g: int) -> Any:
+        found = self._costings.get(g)
+        if found is None:
+            from stratopt.cost import build
+
+            found = self._costings[g] = build(self.graph, g, machine=self.machine, cutoff=1)
+        return found
+
+    def prices(self, g: int) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
+        """(node costs per micro-batch, every edge's costs flat, activation bytes per choice)."""
+        found = self._prices.get(g)
+        if found is None:
+            from stratopt.cost.common import layout
+            from stratopt.problem import float_costs
+
+            costing = self.costing(g)
+            share = 1.0 - 1.0 / self.microbatches
+            nodes = [np.asarray(c.total, dtype=np.float64) - share * c.phases()[2] for c in costing.vertex_costs]
+            dtype = costing.profile.dtype_bytes
+            acts = [
+                sum((u.size / np.prod(layout(op, u, costing.configs[v]), axis=1) * dtype for u in op.outputs), np.zeros(1))
+                for v, op in enumerate(self.graph.operators)
+            ]
+            found = self._prices[g] = (nodes, float_costs(costing.problem.edge_flat), acts)
+        return found
+
+    def _matrix(self, g: int, e: int) -> np.ndarray:
+        problem = self.costing(g).problem
+        off = problem.edge_offsets
+        u, v, _ = self.edges[e]
+        k = problem.num_choices
+        return self.prices(g)[1][off[e] : off[e + 1]].reshape(int(k[u]), int(k[v]))
+
     def key(self, start: int, end: int, g: int) -> tuple[Any, ...]:
+        """What a slice is: its operators' signatures and wiring (an input from before it is -1)."""
         ops = self.graph.operators
         wiring = tuple(
             self.index[i.source] - start if i.source is not None and start <= self.index[i.source] < end else -1
@@ -162,29 +237,145 @@ class _StageCosts:
         )
         return (tuple(self.keys[start:end]), wiring, g)
 
-    def __call__(self, start: int, end: int, g: int) -> tuple[float, tuple[int, ...]]:
-        key = self.key(start, end, g)
-        found = self.memo.get(key)
+    def table(self, k: int, g: int, first: bool) -> tuple[np.ndarray, Any]:
+        """Unit ``k``'s least cost on ``g`` devices: a matrix over (the choice of the producer it
+        receives, the choice of the producer it sends on), or, for a stage's first unit (which
+        receives its input with no edge cost), a vector over the latter; with the
+        :class:`~stratopt.solvers.dp.Marginal` that recovers the unit's choices (its operators
+        first, in order)."""
+        start, end = self.cuts[k], self.cuts[k + 1]
+        source = -1 if first or k == 0 else self.sends[k - 1]
+        ops = self.graph.operators
+        wiring = tuple(
+            -2 if self.index.get(i.source or "") == source else self.index[i.source] - start
+            if i.source is not None and start <= self.index[i.source] < end else -1
+            for op in ops[start:end]
+            for i in op.inputs
+        )
+        key = (tuple(self.keys[start:end]), wiring, self.sends[k] - start, g, source < 0 or self.keys[source])
+        found = self._tables.get(key)
+        if found is not None:
+            return found
+        nodes = self.prices(g)[0]
+        local = {v: i for i, v in enumerate(range(start, end))}
+        unary = [nodes[v] for v in range(start, end)]
+        if source >= 0:
+            local[source] = len(unary)
+            unary.append(np.zeros(nodes[source].shape[0]))
+        pairs = []
+        for v in range(start, end):
+            for e in self.in_edges[v]:
+                u = self.edges[e][0]
+                if u in local:
+                    pairs.append((local[u], local[v], self._matrix(g, e)))
+        from stratopt.solvers.dp import marginal_table
+
+        keep = (local[self.sends[k]],) if source < 0 else (local[source], local[self.sends[k]])
+        found = self._tables[key] = marginal_table(unary, pairs, keep)
+        self.tables += 1
+        return found
+
+    def times(self, count: int, sizes: list[int], say: Callable[[str], None]) -> dict[tuple[int, int, int], float]:
+        """Every stage ``(i, j, g)``'s optimum: min-plus chains of unit tables (or, when a unit
+        passes its input through, the DP on every slice)."""
+        out: dict[tuple[int, int, int], float] = {}
+        for g in sizes:
+            for i in range(count):
+                if not self.chainable:
+                    for j in range(i + 1, count + 1):
+                        out[(i, j, g)] = self.solve(i, j, g)[0]
+                    continue
+                row = self.table(i, g, True)[0]
+                out[(i, i + 1, g)] = float(row.min())
+                for j in range(i + 2, count + 1):
+                    row = (row[:, None] + self.table(j - 1, g, False)[0]).min(axis=0)
+                    out[(i, j, g)] = float(row.min())
+            say(f"{self.graph.name}: stage times on {g} devices ({self.tables} unit tables, {self.solves} slices solved)")
+        return out
+
+    def fastest(self, i: int, j: int, g: int) -> tuple[float, tuple[int, ...]]:
+        """An optimal strategy of units ``[i, j)`` on ``g`` devices: the chain walked back to each
+        boundary producer's choice, each unit's choices recovered from its table; its cost
+        recomputed from the node and edge costs (it must equal the chain's value)."""
+        if not self.chainable:
+            return self.solve(i, j, g)
+        row, how = self.table(i, g, True)
+        steps = []
+        for k in range(i + 1, j):
+            matrix, unit = self.table(k, g, False)
+            total = row[:, None] + matrix
+            back = np.argmin(total, axis=0)
+            row = total[back, np.arange(total.shape[1])]
+            steps.append((back, unit))
+        b = int(np.argmin(row))
+        value = float(row[b])
+        chosen = [b]
+        for back, _ in reversed(steps):
+            chosen.append(int(back[chosen[-1]]))
+        chosen.reverse()  # the producer each unit sends on, units i..j-1
+        assignment = how.assignment((chosen[0],))[: self.cuts[i + 1] - self.cuts[i]]
+        for k, (_, unit) in zip(range(i + 1, j), steps, strict=True):
+            part = unit.assignment((chosen[k - i - 1], chosen[k - i]))
+            assignment += part[: self.cuts[k + 1] - self.cuts[k]]
+        cost = self.cost_of(i, j, g, assignment)
+        if abs(cost - value) > 1e-9 * max(1.0, abs(value)):
+            raise RuntimeError(
+                f"internal: units {i}..{j} on {g} devices: the recovered strategy costs {cost!r}, the chain {value!r}"
+            )
+        return value, tuple(assignment)
+
+    def cost_of(self, i: int, j: int, g: int, assignment: list[int] | tuple[int, ...]) -> float:
+        """Per micro-batch cost of a strategy of units ``[i, j)``: node costs and internal edges."""
+        start, end = self.cuts[i], self.cuts[j]
+        nodes = self.prices(g)[0]
+        total = sum(float(nodes[v][assignment[v - start]]) for v in range(start, end))
+        for v in range(start, end):
+            for e in self.in_edges[v]:
+                u = self.edges[e][0]
+                if u >= start:
+                    total += float(self._matrix(g, e)[assignment[u - start], assignment[v - start]])
+        return total
+
+    def problem(self, i: int, j: int, g: int) -> Any:
+        """The slice of units ``[i, j)`` on ``g`` devices as a problem of its own."""
+        from stratopt.problem import StrategyProblem
+
+        start, end = self.cuts[i], self.cuts[j]
+        nodes = self.prices(g)[0]
+        edges, matrices = [], []
+        for v in range(start, end):
+            for e in self.in_edges[v]:
+                u = self.edges[e][0]
+                if u >= start:
+                    edges.append((u - start, v - start))
+                    matrices.append(self._matrix(g, e))
+        return StrategyProblem(nodes[start:end], edges, matrices, name=f"{self.graph.name}[{start}:{end}] p={g}")
+
+    def solve(self, i: int, j: int, g: int) -> tuple[float, tuple[int, ...]]:
+        """The exact optimum of units ``[i, j)`` on ``g`` devices and its strategy, by the DP."""
+        key = self.key(self.cuts[i], self.cuts[j], g)
+        found = self._solved.get(key)
         if found is None:
-            from stratopt.cost import build
             from stratopt.solvers import solve
 
-            costing = build(stage_graph(self.graph, start, end), g, machine=self.machine, cutoff=1)
-            result = solve(costing.problem, "dp", time_limit=self.time_limit)
+            result = solve(self.problem(i, j, g), "dp", time_limit=self.time_limit)
             if result.assignment is None or result.status.value != "optimal":
                 raise ModelError(
-                    f"{self.graph.name}: no exact strategy for operators {start}..{end - 1} on {g} devices"
+                    f"{self.graph.name}: no exact strategy for operators {self.cuts[i]}..{self.cuts[j] - 1} on {g} devices"
                 )
-            assignment = tuple(int(c) for c in result.assignment)
-            found = (float(result.objective or 0.0), assignment, *_stage_memory(costing, assignment))
-            self.memo[key] = found
+            found = self._solved[key] = (float(result.objective or 0.0), tuple(int(c) for c in result.assignment))
             self.solves += 1
-        return found[0], found[1]
+        return found
 
-    def memory(self, start: int, end: int, g: int) -> tuple[float, float]:
-        """(bytes per device with one micro-batch's activations, those activations' bytes)."""
-        found = self.memo[self.key(start, end, g)]
-        return found[2], found[3]
+    def usage(self, i: int, j: int, g: int, flight: int) -> list[np.ndarray]:
+        """Bytes per device of each operator's choices with ``flight`` micro-batches in flight:
+        weight state and kept activations, the activations ``flight`` times."""
+        costing = self.costing(g)
+        acts = self.prices(g)[2]
+        return [
+            np.asarray(costing.vertex_costs[v].memory, dtype=np.float64) + (flight - 1) * acts[v]
+            for v in range(self.cuts[i], self.cuts[j])
+        ]
 
 
 def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
@@ -249,8 +440,10 @@ def search(
     ``stages``: exactly that many stages (None: any number, the search chooses). ``max_units``:
     at most that many units between candidate cuts (see :func:`cut_points`; None keeps every cut).
     ``memory_gb``: per device (default: the machine's); stage k of S must hold its weight state and
-    the activations of ``min(S - k, microbatches)`` micro-batches (1F1B keeps that many in flight)
-    with its fastest strategy. Devices may be left unused (as the intra-operator policy allows).
+    the activations of ``min(S - k, microbatches)`` micro-batches (1F1B keeps that many in flight),
+    with its fastest strategy where that fits, else with the cheapest fitting one the Lagrangian
+    memory search finds. Devices may be left unused (as the intra-operator policy allows).
+    ``progress`` receives a line per group size priced and per stage fitted under memory.
 
     >>> plan = search(__import__("stratopt").load_instance("alexnet"), 1, 4, stages=1)
     >>> len(plan.stages), plan.stages[0].devices <= 4
@@ -270,57 +463,77 @@ def search(
         raise ModelError(f"{graph.name}: {stages} stages asked, but the graph has only {units} places to cut")
     p = where.devices
     sizes = [g for g in _sizes(nodes, gpus_per_node) if g <= p]
-    cost = _StageCosts(graph, where.machine, time_limit)
-    time = {}
-    for i in range(units):
-        for j in range(i + 1, units + 1):
-            for g in sizes:
-                time[(i, j, g)] = cost(cuts[i], cuts[j], g)[0]
-    say(f"{graph.name}: {units} units, group sizes {sizes}: {cost.solves} distinct stage problems solved")
+    cost = _StageCosts(graph, cuts, where.machine, microbatches, time_limit)
+    time = cost.times(units, sizes, say)
+    say(f"{graph.name}: {units} units, group sizes {sizes}: {cost.tables} unit tables, {cost.solves} slices solved")
     crossing = {c: crossing_bytes(graph, c) for c in cuts[1:-1]}
 
     def transfer(c: int, boundary_devices: int) -> float:
         return transfer_time(crossing[c], boundary_devices, where)
 
     limit = (where.machine.memory_gb if memory_gb is None else float(memory_gb)) * 1e9
-    memory = {key: cost.memory(cuts[key[0]], cuts[key[1]], key[2]) for key in time}
-    worst = min(units, microbatches)
-    # Memory depends on a stage's place (how many stages follow it) only through the in-flight count;
-    # when every stage fits even with the most in flight, one DP over any number of stages is exact,
-    # else one DP per stage count, each knowing every stage's place.
-    binding = any(m + (worst - 1) * a > limit for m, a in memory.values())
+    fitted = _Fitted(cost, time, limit, say)
 
-    def fits(i: int, j: int, g: int, flight: int) -> bool:
-        m, a = memory[(i, j, g)]
-        return m + (min(flight, microbatches) - 1) * a <= limit
+    def most(j: int) -> int:  # the most micro-batches in flight on a stage ending at unit j
+        return min(microbatches, units - j + 1)
 
-    candidates = sorted({t for t in time.values()} | {transfer(c, d) for c in crossing for d in range(1, p)})
+    # Memory depends on a stage's place (how many stages follow it) only through the in-flight
+    # count; when every stage's fastest strategy fits even with the most it can have in flight,
+    # one DP over any number of stages is exact, else one DP per stage count, each knowing every
+    # stage's place, with each stage's best strategy that fits there.
+    binding = any(fitted(i, j, g, most(j)) > t for (i, j, g), t in time.items())
+    if binding:
+        say(f"{graph.name}: the memory limit of {limit / 1e9:g} GB binds: stages fitted per in-flight count")
+
+    # Stage times as nested lists [i][j][size index], per in-flight count when memory binds (0: the
+    # fastest strategies), and transfers [unit][devices before]: the DP below reads them millions of times.
+    def cell(i: int, j: int, g: int, f: int) -> float:
+        if f == 0:
+            return time[(i, j, g)]
+        return fitted(i, j, g, f) if f <= most(j) else math.inf  # past its most, never asked for
+
+    flights = range(1, microbatches + 1) if binding else range(0, 1)
+    tables = {
+        f: [[[cell(i, j, g, f) for g in sizes] if j > i else [] for j in range(units + 1)] for i in range(units)]
+        for f in flights
+    }
+    moves = [[transfer(cuts[i], d) if 0 < i < units and d > 0 else 0.0 for d in range(p + 1)] for i in range(units)]
+
+    def table(left: int | None) -> list[list[list[float]]]:
+        return tables[0] if left is None or not binding else tables[min(left, microbatches)]
+
+    values = {t for tab in tables.values() for row in tab for cell in row for t in cell}
+    candidates = sorted({t for t in values if t < math.inf} | {moves[i][d] for i in range(1, units) for d in range(1, p)})
     if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage
         candidates = [math.inf]
     counts: list[int | None] = [stages] if stages is not None or not binding else list(range(1, units + 1))
-    best: tuple[float, list[tuple[int, int, int]], float] | None = None
+    best: tuple[float, list[tuple[int, int, int]], float, int | None] | None = None
     for count in counts:
-        check = fits if binding else None
-        floor = _least_sum(units, sizes, p, time, cuts, transfer, count, check)
+        floor = _least_sum_under(units, sizes, p, table, moves, count, math.inf)
+        floor_value = math.inf if floor is None else floor[0]
         for bound in candidates:
-            if floor == math.inf or (best is not None and (microbatches - 1) * bound + floor >= best[0]):
+            if floor_value == math.inf or (best is not None and (microbatches - 1) * bound + floor_value >= best[0]):
                 break
-            found = _least_sum_under(units, sizes, p, time, cuts, transfer, count, bound, count or units, check)
+            found = _least_sum_under(units, sizes, p, table, moves, count, bound)
             if found is None:
                 continue
             total, layout = found
             value = total + ((microbatches - 1) * bound if microbatches > 1 else 0.0)
             if best is None or value < best[0] - 1e-9:
-                best = (value, layout, bound)
+                best = (value, layout, bound, count)
     if best is None:
         what = f"{stages} stages" if stages is not None else "stages"
         raise ModelError(f"{graph.name}: no pipeline of {what} on {p} devices fits {limit / 1e9:g} GB per device")
-    _, layout, _ = best
+    _, layout, _, _ = best
     plan_stages = []
     transfers = []
     used = 0
     for k, (i, j, g) in enumerate(layout):
-        t, assignment = cost(cuts[i], cuts[j], g)
+        flight = min(len(layout) - k, microbatches)
+        if binding:
+            t, assignment = fitted.strategy(i, j, g, flight)
+        else:
+            t, assignment = time[(i, j, g)], fitted.fastest(i, j, g)
         plan_stages.append(Stage(cuts[i], cuts[j], g, t, assignment))
         used += g
         if k < len(layout) - 1:
@@ -330,27 +543,107 @@ def search(
     return PipelinePlan(tuple(plan_stages), tuple(transfers), microbatches, estimate, used)
 
 
-def _least_sum(units, sizes, p, time, cuts, transfer, stages, fits) -> float:  # type: ignore[no-untyped-def]
-    found = _least_sum_under(units, sizes, p, time, cuts, transfer, stages, math.inf, stages or units, fits)
-    return found[0] if found is not None else math.inf
+class _Fitted:
+    """A stage's least time among strategies that fit ``limit`` bytes per device with ``flight``
+    micro-batches in flight (+inf when none does): its fastest strategy's time when that fits (or
+    when every strategy does), else the least-cost strategy the Lagrangian memory search of
+    :func:`stratopt.plan.under_memory` finds (a heuristic there, with a proven bound)."""
+
+    def __init__(self, cost: _StageCosts, time: dict[tuple[int, int, int], float], limit: float, say: Callable[[str], None]):
+        self.cost = cost
+        self.time = time
+        self.limit = limit
+        self.say = say
+        self.memo: dict[tuple[int, int, int, int], tuple[float, tuple[int, ...] | None]] = {}
+        self.alike: dict[tuple[Any, ...], tuple[float, tuple[int, ...] | None]] = {}
+        self._bounds: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._fastest: dict[tuple[int, int, int], tuple[int, ...]] = {}
+
+    def bounds(self, i: int, j: int, g: int, flight: int) -> tuple[float, float]:
+        """The least and the most memory any strategy of the stage can take."""
+        found = self._bounds.get((g, flight))
+        if found is None:
+            use = self.cost.usage(0, len(self.cost.cuts) - 1, g, flight)
+            low = np.concatenate([[0.0], np.cumsum([float(u.min()) for u in use])])
+            high = np.concatenate([[0.0], np.cumsum([float(u.max()) for u in use])])
+            found = self._bounds[(g, flight)] = (low, high)
+        a, b = self.cost.cuts[i], self.cost.cuts[j]
+        return float(found[0][b] - found[0][a]), float(found[1][b] - found[1][a])
+
+    def fastest(self, i: int, j: int, g: int) -> tuple[int, ...]:
+        key = (i, j, g)
+        found = self._fastest.get(key)
+        if found is None:
+            found = self._fastest[key] = self.cost.fastest(i, j, g)[1]
+        return found
+
+    def __call__(self, i: int, j: int, g: int, flight: int) -> float:
+        return self.strategy(i, j, g, flight, need=False)[0]
+
+    def strategy(self, i: int, j: int, g: int, flight: int, need: bool = True) -> tuple[float, tuple[int, ...]]:
+        key = (i, j, g, flight)
+        found = self.memo.get(key)
+        if found is None:
+            low, high = self.bounds(i, j, g, flight)
+            if high <= self.limit:
+                found = (self.time[(i, j, g)], None)
+            elif low > self.limit:
+                found = (math.inf, None)
+            else:
+                found = self._fit(i, j, g, flight)
+            self.memo[key] = found
+        t, assignment = found
+        if assignment is None and need and t < math.inf:
+            assignment = self.fastest(i, j, g)
+        return t, assignment or ()
+
+    def _fit(self, i: int, j: int, g: int, flight: int) -> tuple[float, tuple[int, ...] | None]:
+        fastest = self.fastest(i, j, g)
+        use = self.cost.usage(i, j, g, flight)
+        if sum(float(u[c]) for u, c in zip(use, fastest, strict=True)) <= self.limit:
+            return self.time[(i, j, g)], None
+        key = (*self.cost.key(self.cost.cuts[i], self.cost.cuts[j], g), flight)
+        found = self.alike.get(key)
+        if found is None:
+            from stratopt.plan import under_memory
+            from stratopt.problem import evaluate
+
+            problem = self.cost.problem(i, j, g)
+            self.say(f"stage {i}..{j} on {g} devices, {flight} in flight: fitting {self.limit / 1e9:g} GB")
+            base = [np.asarray(c, dtype=np.float64) for c in problem.node_costs]
+            assignment, _, _ = under_memory(problem, base, use, self.limit, self.cost.time_limit, lambda _m: None)
+            found = (
+                (math.inf, None) if assignment is None else (float(evaluate(problem, assignment).objective), assignment)
+            )
+            self.alike[key] = found
+        return found
 
 
-def _least_sum_under(  # type: ignore[no-untyped-def]
-    units, sizes, p, time, cuts, transfer, stages, bound, max_stages, fits=None
+def _least_sum_under(
+    units: int,
+    sizes: list[int],
+    p: int,
+    table: Callable[[int | None], list[list[list[float]]]],
+    moves: list[list[float]],
+    stages: int | None,
+    bound: float,
 ) -> tuple[float, list[tuple[int, int, int]]] | None:
     """Least sum of stage and transfer times with every one at most ``bound``: a DP over (units
-    placed, devices used, stages so far when ``stages`` is fixed). ``fits(i, j, g, in_flight)``
-    (with ``stages`` fixed) says whether a stage fits its memory at its place."""
+    placed, devices used, stages so far when ``stages`` is fixed). ``table(left)[i][j][s]`` is the
+    time of units ``[i, j)`` on ``sizes[s]`` devices with ``left`` stages from it to the end (None:
+    the count is not fixed), +inf where it does not fit; ``moves[i][d]`` the transfer at unit
+    ``i``'s cut with ``d`` devices before it."""
     inf = math.inf
-    levels = max_stages if stages is not None else 1
+    levels = stages if stages is not None else 1
     # f[k][j][d]: least sum placing units [0, j) on d devices in k + 1 stages (k ignored unless fixed).
     f = [[[inf] * (p + 1) for _ in range(units + 1)] for _ in range(levels)]
     back: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
+    first = table(stages)
     for j in range(1, units + 1):
-        for g in sizes:
-            t = time[(0, j, g)]
-            if fits is not None and not fits(0, j, g, stages):
-                continue
+        if stages is not None and stages > units - j + 1:
+            continue
+        for s, g in enumerate(sizes):
+            t = first[0][j][s]
             if t <= bound and t < f[0][j][g]:
                 f[0][j][g] = t
                 back[(0, j, g)] = (-1, 0, 0, g)
@@ -358,24 +651,33 @@ def _least_sum_under(  # type: ignore[no-untyped-def]
         nk = k if stages is None else k + 1
         if nk >= levels:
             break
+        left = None if stages is None else stages - nk
+        here = table(left)
+        last_j = units if left is None else units - left + 1  # leave a unit for every stage after
         for i in range(1, units):
+            row = f[k][i]
+            move = moves[i]
+            times = here[i]
             for d in range(1, p + 1):
-                base = f[k][i][d]
+                base = row[d]
                 if base == inf:
                     continue
-                c = transfer(cuts[i], d)
+                c = move[d]
                 if c > bound:
                     continue
-                for j in range(i + 1, units + 1):
-                    for g in sizes:
+                base += c
+                for j in range(i + 1, last_j + 1):
+                    target = f[nk][j]
+                    cells = times[j]
+                    for s, g in enumerate(sizes):
                         if d + g > p:
                             break
-                        t = time[(i, j, g)]
-                        if t > bound or (fits is not None and not fits(i, j, g, stages - nk)):
+                        t = cells[s]
+                        if t > bound:
                             continue
-                        value = base + c + t
-                        if value < f[nk][j][d + g] - 1e-12:
-                            f[nk][j][d + g] = value
+                        value = base + t
+                        if value < target[d + g] - 1e-12:
+                            target[d + g] = value
                             back[(nk, j, d + g)] = (k, i, d, g)
     last = (stages - 1) if stages is not None else 0
     row = f[last][units]
@@ -396,18 +698,25 @@ def _least_sum_under(  # type: ignore[no-untyped-def]
 # -- simulation -------------------------------------------------------------------------------------
 
 
-def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, float]:
-    """(forward, backward) microseconds of one micro-batch through a stage, from the operator-level
-    simulator on the stage's own devices: forward ends when the last forward task does."""
+def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, float, float]:
+    """(forward, backward, gradient sync) microseconds of one micro-batch through a stage, from the
+    operator-level simulator on the stage's own devices: the passes simulated without the
+    weight-gradient synchronisation (forward ends when the last forward task does), and the sync's
+    share is what it adds to the whole step's makespan (it overlaps the backward pass; a pipeline
+    runs it once per iteration, after the stage's last backward)."""
     from stratopt.cost import build
     from stratopt.sim.engine import simulate_tasks
-    from stratopt.sim.taskgraph import StrategyTasks
+    from stratopt.sim.taskgraph import KINDS, StrategyTasks
 
     costing = build(stage_graph(graph, stage.start, stage.end), stage.devices, machine=machine, cutoff=1)
-    timeline = simulate_tasks(StrategyTasks(costing, stage.assignment).graph)
-    g = timeline.graph
-    forward = max((timeline.end[t] for t in g.tasks() if g.label[t][0] == 0), default=0.0)
-    return forward, timeline.makespan - forward
+    tasks = StrategyTasks(costing, stage.assignment).graph
+    whole = simulate_tasks(tasks).makespan
+    for t in tasks.tasks():  # the same step without the sync (it no longer competes for the links)
+        if KINDS.get(tasks.label[t][:2]) == "grad-sync":
+            tasks.exe[t] = 0.0
+    timeline = simulate_tasks(tasks)
+    forward = max((timeline.end[t] for t in tasks.tasks() if tasks.label[t][0] == 0), default=0.0)
+    return forward, timeline.makespan - forward, max(0.0, whole - timeline.makespan)
 
 
 def schedule_order(stage: int, stages: int, microbatches: int, schedule: str) -> list[tuple[str, int]]:
@@ -451,15 +760,19 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
     g = TaskGraph(names)
     task: dict[tuple[str, int, int], int] = {}
     for k in range(count):
-        fwd, bwd = passes[k]
+        fwd, bwd, sync = passes[k]
         previous = None
-        for rank, (kind, m) in enumerate(schedule_order(k, count, m_count, schedule)):
+        order = schedule_order(k, count, m_count, schedule)
+        for rank, (kind, m) in enumerate(order):
             phase = 0 if kind == "F" else 1
             t = g.add(rank * count + k, k, fwd if kind == "F" else bwd, (phase, 1, f"stage{k}", m, ""))
             task[(kind, k, m)] = t
             if previous is not None:
                 g.depend(previous, t)  # the schedule's order on the stage's devices
             previous = t
+        if sync > 0.0:  # the weight gradients, accumulated over the micro-batches, synchronised once
+            t = g.add(len(order) * count + k, k, sync, (1, 3, f"stage{k}", m_count - 1, "gradients of the iteration"))
+            g.depend(previous, t)
     for k in range(count):
         for m in range(m_count):
             g.depend(task[("F", k, m)], task[("B", k, m)])
@@ -475,12 +788,12 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
     problems = check_timeline(timeline)
     if problems:
         raise ModelError(f"the pipeline timeline fails its check: {problems[0]}")
-    busy = sum(m_count * (f + b) for f, b in passes)
+    busy = sum(m_count * (f + b) + sync for f, b, sync in passes)
     idle = 1.0 - busy / (count * timeline.makespan) if timeline.makespan > 0 else 0.0
     return timeline, {
         "iteration_time": timeline.makespan,
         "schedule": schedule,
-        "stage_passes": [{"forward": f, "backward": b} for f, b in passes],
+        "stage_passes": [{"forward": f, "backward": b, "grad_sync": sync} for f, b, sync in passes],
         "bubble": idle,
     }
 

@@ -282,9 +282,22 @@ def _solve_under_memory(
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """(assignment, status, lower bound): the DP's optimum if it fits, else Lagrangian bisection on
     one price per byte, each step an exact DP; the bound is the best dual value."""
-    problem = costing.problem
     base = [np.asarray(c.total, dtype=np.float64) for c in costing.vertex_costs]
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    return under_memory(costing.problem, base, memory, limit, time_limit, say)
+
+
+def under_memory(
+    problem: StrategyProblem,
+    base: list[np.ndarray],
+    memory: list[np.ndarray],
+    limit: float,
+    time_limit: float | None,
+    say: Callable[[str], None],
+) -> tuple[tuple[int, ...] | None, str, float | None]:
+    """The least-cost assignment of ``problem`` (node costs ``base``) whose summed per-vertex
+    ``memory`` stays within ``limit``, as :func:`_solve_under_memory` finds it: (assignment, status,
+    lower bound)."""
     started = time.perf_counter()
 
     def left() -> float | None:
@@ -294,7 +307,11 @@ def _solve_under_memory(
     if found is None:
         return None, "no answer from the DP", None
     best, best_cost = found
-    if _memory(costing, best) <= limit:
+
+    def used(a: tuple[int, ...]) -> float:
+        return float(sum(memory[v][c] for v, c in enumerate(a)))
+
+    if used(best) <= limit:
         return best, "optimal", best_cost
     least = sum(float(m.min()) for m in memory)
     if least > limit:
@@ -310,7 +327,7 @@ def _solve_under_memory(
             return None
         a, value = step
         bound = max(bound, value - price * limit)
-        return a, _memory(costing, a) <= limit
+        return a, used(a) <= limit
 
     feasible: tuple[int, ...] | None = None
     feasible_cost = math.inf

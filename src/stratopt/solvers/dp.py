@@ -29,7 +29,7 @@ from stratopt.errors import ModelError, UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 
-__all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "plan"]
+__all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "Marginal", "marginal_table", "plan"]
 
 #: Elimination orders we can simulate (see :func:`plan`).
 ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
@@ -158,7 +158,7 @@ class _Graph:
         self.steps.append((v, (u, w), bp))
         self.width = max(self.width, 2)
 
-    def prune(self) -> int:
+    def prune(self, frozen: set[int] | frozenset[int] = frozenset()) -> int:
         """Drop choices that can never beat the best choice's worst case; returns how many.
 
         For choice c of v, ``lo[c]`` adds its node cost and, per edge, the row minimum (the best
@@ -166,7 +166,7 @@ class _Graph:
         smallest ``hi``, that choice is at least as good as c whatever the neighbours choose, so
         dropping c keeps an optimum (ties and float rounding keep c). Repeated until nothing
         changes (a pruned vertex requeues its neighbours, whose bounds tighten). Runs before any elimination, so
-        recovery only maps kept indices back (``self.kept``).
+        recovery only maps kept indices back (``self.kept``). ``frozen`` vertices keep every choice.
         """
         dropped = 0
         queue = list(range(len(self.k)))[::-1]
@@ -176,7 +176,7 @@ class _Graph:
             v = queue.pop()
             queued.discard(v)
             visits[v] += 1
-            if self.k[v] <= 1:
+            if self.k[v] <= 1 or v in frozen:
                 continue
             lo = self.unary[v].copy()
             hi = self.unary[v].copy()
@@ -333,14 +333,17 @@ class _OutOfTime(Exception):
     """The time limit passed during the elimination."""
 
 
-def _eliminate(graph: _Graph, order: tuple[int, ...], deadline: float | None = None) -> None:
-    """Eliminate ``order`` with tables over dependent sets; records steps on ``graph``.
+def _eliminate(
+    graph: _Graph, order: tuple[int, ...], deadline: float | None = None, keep: tuple[int, ...] = ()
+) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """Eliminate ``order`` with tables over dependent sets; records steps on ``graph``. The
+    vertices in ``keep`` stay: the tables left over them (their own costs included) are returned.
 
     Raises :class:`_OutOfTime` when ``deadline`` (a ``perf_counter`` time) passes.
     """
     k = graph.k
     factors: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
-    of_vertex: dict[int, set[int]] = {v: set() for v in order}
+    of_vertex: dict[int, set[int]] = {v: set() for v in (*order, *keep)}
     next_id = 0
 
     def add(scope: tuple[int, ...], table: np.ndarray) -> None:
@@ -350,7 +353,7 @@ def _eliminate(graph: _Graph, order: tuple[int, ...], deadline: float | None = N
             of_vertex[x].add(next_id)
         next_id += 1
 
-    for v in order:
+    for v in (*order, *keep):
         add((v,), graph.unary[v])
     for (u, v), mat in graph.pair.items():
         add((u, v), mat)
@@ -391,6 +394,72 @@ def _eliminate(graph: _Graph, order: tuple[int, ...], deadline: float | None = N
             add(dep, best)
         else:
             graph.constant += float(best)
+    return list(factors.values())
+
+
+class Marginal:
+    """What :func:`marginal_table` eliminated, to recover the best choices of every other vertex
+    for given choices of the kept ones."""
+
+    def __init__(self, graph: _Graph, keep: tuple[int, ...]) -> None:
+        self._graph = graph
+        self._keep = keep
+
+    def assignment(self, fixed: tuple[int, ...]) -> list[int]:
+        """Every vertex's choice at the optimum with the kept vertices at ``fixed``."""
+        graph = self._graph
+        choice = [0] * len(graph.k)
+        for v, c in zip(self._keep, fixed, strict=True):
+            choice[v] = int(c)
+        for v, dep, bp in reversed(graph.steps):
+            choice[v] = int(bp[tuple(choice[x] for x in dep)]) if dep else int(bp)
+        return [int(graph.kept[v][c]) for v, c in enumerate(choice)]
+
+
+def marginal_table(
+    unary: list[np.ndarray], pairs: list[tuple[int, int, np.ndarray]], keep: tuple[int, ...]
+) -> tuple[np.ndarray, Marginal]:
+    """The least total cost for every joint choice of the ``keep`` vertices, everything else
+    chosen at its best: an array with one axis per kept vertex (in ``keep``'s order), and the
+    :class:`Marginal` that recovers those best choices.
+
+    ``unary[v]`` are node costs, ``pairs`` ``(u, v, K_u x K_v matrix)`` edge costs (parallel ones
+    add up; +inf forbids). The same exact eliminations as :class:`DynamicProgramming` (dominated
+    choices of the other vertices dropped, the pre-pass, then tables in the smallest order found),
+    stopping short of the kept vertices: the pipeline search chains these tables over the units
+    between its cuts.
+
+    >>> m, how = marginal_table([np.zeros(2), np.array([0.0, 5.0]), np.zeros(2)],
+    ...     [(0, 1, np.array([[0.0, 9.0], [9.0, 0.0]])), (1, 2, np.array([[0.0, 1.0], [1.0, 0.0]]))], (0, 2))
+    >>> m.tolist(), how.assignment((1, 0))
+    ([[0.0, 1.0], [6.0, 5.0]], [1, 1, 0])
+    """
+    n = len(unary)
+    k = [int(np.asarray(u).shape[0]) for u in unary]
+    pair: dict[tuple[int, int], np.ndarray] = {}
+    adj: list[set[int]] = [set() for _ in range(n)]
+    for u, v, mat in pairs:
+        mat = np.asarray(mat, dtype=np.float64)
+        if u > v:
+            u, v, mat = v, u, mat.T
+        pair[(u, v)] = pair[(u, v)] + mat if (u, v) in pair else np.array(mat, dtype=np.float64)
+        adj[u].add(v)
+        adj[v].add(u)
+    graph = _Graph(k, [np.array(x, dtype=np.float64) for x in unary], pair, adj)
+    graph.prune(frozen=set(keep))
+    alive = set(range(n)) - set(keep)
+    graph.prepass(alive)
+    order: tuple[int, ...] = ()
+    if alive:
+        core = {v: set(graph.adj[v]) for v in sorted(alive | set(keep))}
+        found = plan(core, graph.k, "min-size")
+        assert found is not None
+        order = tuple(v for v in found.order if v not in keep)
+    leftovers = _eliminate(graph, order, keep=tuple(keep))
+    out = np.full(tuple(graph.k[v] for v in keep), graph.constant)
+    for scope, table in leftovers:
+        out = out + _broadcast(scope, table, tuple(keep), None, 0, 0)
+    return out, Marginal(graph, tuple(keep))
 
 
 def _broadcast(
