@@ -131,7 +131,7 @@ def test_chained_stage_times_equal_the_dp(graph, nodes, gpus) -> None:
     for (i, j, g), t in times.items():
         problem = build(stage_graph(graph, cuts[i], cuts[j]), g, machine=where.machine, cutoff=1).problem
         assert t == pytest.approx(float(solve(problem, "dp").objective), rel=1e-9)
-        value, assignment = cost.fastest(i, j, g)
+        _, assignment = cost.fastest(i, j, g)
         assert float(evaluate(problem, assignment).objective) == pytest.approx(t, rel=1e-9)
 
 
@@ -298,7 +298,9 @@ def brute_fitted(graph, nodes, gpus, microbatches, memory) -> float:
                     start, end = cuts[bounds[k]], cuts[bounds[k + 1]]
                     key = (start, end, groups[k], min(count - k, microbatches))
                     if key not in cache:
-                        cache[key] = fitted_time(graph, start, end, groups[k], where.machine, memory, key[3], microbatches)
+                        cache[key] = fitted_time(
+                            graph, start, end, groups[k], where.machine, memory, key[3], microbatches
+                        )
                     times.append(cache[key])
                     used += groups[k]
                     if k < count - 1:
@@ -368,3 +370,48 @@ def test_simulate_shows_the_pipelined_step(capsys) -> None:
     assert len(out["stages"]) == 2 and out["simulated"] > 0 and out["schedule"] == "1f1b"
     assert main(["simulate", "alexnet", "-p", "4", "--stages", "2", "--solver", "dp"]) == 2
     assert "leave out --strategy and --solver" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name", ["alexnet", "inception3", "rnnlm", "transformer", "resnet101", "gpt", "resnet50", "vgg19"]
+)
+def test_microbatch_is_the_model_at_a_smaller_batch(name) -> None:
+    """Cutting a zoo model's batch into 4 gives exactly the model built at a quarter of the batch:
+    every operator's domain, input and output shapes."""
+    from stratopt.graph.zoo import ZOO
+    from stratopt.pipeline import microbatch
+
+    build_at = ZOO[name].build
+    whole = build_at()
+    batch = next(i.use.shape[0] for op in whole.operators for i in op.inputs if i.source is None and not i.param)
+    cut = microbatch(whole, 4)
+    small = build_at(batch // 4)
+    assert len(cut) == len(small)
+    for a, b in zip(cut.operators, small.operators, strict=True):
+        assert (a.name, a.sizes) == (b.name, b.sizes)
+        assert [i.use.shape for i in a.inputs] == [i.use.shape for i in b.inputs]
+        assert [u.shape for u in a.outputs] == [u.shape for u in b.outputs]
+
+
+def test_microbatch_search_and_errors(capsys) -> None:
+    """search_microbatches tries every power of two that divides the batch and keeps the best
+    estimate (each the stage search on its micro-batch); a batch that does not divide is a
+    one-line error, and so is plan --microbatches auto without --stages."""
+    from stratopt.cli import main
+    from stratopt.pipeline import microbatch, search_microbatches
+
+    graph = chain()  # batch 32
+    found, micro, tried = search_microbatches(graph, 1, 4)
+    assert [m for m, _ in tried] == [1, 2, 4, 8, 16, 32]
+    assert found.estimate == min(e for _, e in tried)
+    m = found.microbatches
+    assert micro.operators[0].outputs[0].shape[0] == 32 // m
+    assert found.estimate == pytest.approx(search(microbatch(graph, m), 1, 4, microbatches=m).estimate)
+    with pytest.raises(ModelError, match="does not split"):
+        microbatch(graph, 3)
+    args = ["plan", "alexnet", "--nodes", "1", "--gpus-per-node", "4", "--no-simulate", "--json"]
+    assert main([*args, "--stages", "auto", "--microbatches", "auto"]) == 0
+    pipe = __import__("json").loads(capsys.readouterr().out)["pipeline"]
+    assert pipe["microbatches"] in (1, 2, 4, 8, 16, 32, 64) and pipe["tried"]
+    assert main([*args, "--microbatches", "auto"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -54,6 +55,11 @@ def _positive(kind: type, unit: str) -> Callable[[str], Any]:
 
 _seconds = _positive(float, "number of seconds")
 _count = _positive(int, "integer")
+
+
+def _count_or_auto(text: str) -> int | str:
+    """An argparse type: a positive integer or ``auto``."""
+    return "auto" if text == "auto" else _positive(int, "integer or auto")(text)
 
 
 _PRICING = {"procs": "procs", "profile": "profile", "machine": "machine", "memory_gb": "memory"}
@@ -211,6 +217,8 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
         raise ModelError(f"{args.instance}: --placement applies to placement jobs; give --strategy or --solver")
     from stratopt.sim import events, simulate_strategy, start_strategy
 
+    if args.microbatches == "auto" and args.stages is None:
+        raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     costing = _costing(args, "simulate")
     if args.stages is not None:
         return _simulate_pipeline(args, costing)
@@ -347,6 +355,8 @@ def _plan_cmd(args: argparse.Namespace) -> int:
 
     if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
         raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")  # before the long part
+    if args.microbatches == "auto" and args.stages == "1":
+        raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     result = plan(
         args.model,
         args.nodes,
@@ -375,9 +385,17 @@ def _plan_cmd(args: argparse.Namespace) -> int:
 
 
 def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
-    """--stages: the stage search and its simulation, beside the plan run micro-batch after micro-batch."""
-    single = result.plan.estimate * args.microbatches if result.plan.estimate is not None else None
+    """--stages: the stage search and its simulation, beside the plan run without a pipeline: with
+    --microbatches M, M times the plan's step less M - 1 gradient syncs (gradient accumulation); with
+    auto (the model's batch cut into micro-batches), the plan's step."""
     graph, machine = result.costing.graph, result.cluster.machine
+    single = result.plan.estimate
+    if single is not None and args.microbatches != "auto" and result.plan.assignment is not None:
+        m = args.microbatches
+        sync = sum(
+            float(c.phases()[2][a]) for c, a in zip(result.costing.vertex_costs, result.plan.assignment, strict=True)
+        )
+        single = m * single - (m - 1) * sync
     return {
         **_pipelined(args, graph, args.nodes, args.gpus_per_node, machine, result.memory_gb),
         "without_pipelining": single,
@@ -387,29 +405,31 @@ def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
 def _pipelined(
     args: argparse.Namespace, graph: Graph, nodes: int, gpus: int, machine: Any, memory_gb: float | None
 ) -> dict[str, Any]:
-    """The stage search for --stages, its simulation under --schedule, and --trace / --gantt of it."""
+    """The stage search for --stages, its simulation under --schedule, and --trace / --gantt of it;
+    --microbatches auto also chooses how many micro-batches the model's batch is cut into."""
     from stratopt import pipeline
     from stratopt.sim.trace import events, write_timeline
 
     if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
         raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")
-    found = pipeline.search(
-        graph,
-        nodes,
-        gpus,
-        machine=machine,
-        microbatches=args.microbatches,
-        stages=None if args.stages == "auto" else int(args.stages),
-        memory_gb=memory_gb,
-        progress=None if args.json else _stderr,
-    )
+    options = {
+        "machine": machine,
+        "stages": None if args.stages == "auto" else int(args.stages),
+        "memory_gb": memory_gb,
+    }
+    progress = None if args.json else _stderr
+    tried: list[tuple[int, float]] = []
+    if args.microbatches == "auto":
+        found, graph, tried = pipeline.search_microbatches(graph, nodes, gpus, progress=progress, **options)
+    else:
+        found = pipeline.search(graph, nodes, gpus, microbatches=args.microbatches, progress=progress, **options)
     timeline, info = pipeline.simulate(graph, found, machine, args.schedule)
     for line in write_timeline(
         events(timeline), trace_file=args.trace, gantt_file=args.gantt, title=f"{graph.name}: {args.schedule}"
     ):
         _stderr(line)
-    return {
-        "microbatches": args.microbatches,
+    out = {
+        "microbatches": found.microbatches,
         "schedule": args.schedule,
         "estimate": found.estimate,
         "simulated": info["iteration_time"],
@@ -417,6 +437,9 @@ def _pipelined(
         "transfers": list(found.transfers),
         "stages": pipeline.describe(graph, found, machine),
     }
+    if tried:
+        out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e} for m, e in tried]
+    return out
 
 
 def _export_plan(result: Any, path: str) -> None:
@@ -596,7 +619,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stages", metavar="auto|N", help="pipeline the step: N stages or auto, searched (nodes of the machine's size)"
     )
-    p.add_argument("--microbatches", type=_count, default=1, metavar="M", help="with --stages: micro-batches (1)")
+    p.add_argument(
+        "--microbatches",
+        type=_count_or_auto,
+        default=1,
+        metavar="M|auto",
+        help="with --stages: micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number",
+    )
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="with --stages: the schedule (1f1b)")
     _options(p, "json", "pricing")
     p = _add(sub, _search_cmd)
@@ -619,7 +648,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: no pipeline), N, or auto"
     )
-    p.add_argument("--microbatches", type=_count, default=1, metavar="M", help="micro-batches per iteration (1)")
+    p.add_argument(
+        "--microbatches",
+        type=_count_or_auto,
+        default=1,
+        metavar="M|auto",
+        help="with --stages: M micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number",
+    )
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (1f1b)")
     p.add_argument("--trace", metavar="FILE.json", help="with --stages: a Chrome trace of the pipelined iteration")
     p.add_argument("--gantt", metavar="FILE.png", help="with --stages: a Gantt chart of the pipelined iteration")

@@ -54,8 +54,10 @@ __all__ = [
     "crossing_bytes",
     "cut_points",
     "describe",
+    "microbatch",
     "schedule_order",
     "search",
+    "search_microbatches",
     "simulate",
     "stage_graph",
     "transfer_time",
@@ -191,6 +193,9 @@ class _StageCosts:
         self._prices: dict[int, tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]] = {}
         self._tables: dict[tuple[Any, ...], tuple[np.ndarray, Any]] = {}
         self._solved: dict[tuple[Any, ...], tuple[float, tuple[int, ...]]] = {}
+        self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self._what: dict[tuple[int, bool], tuple[Any, ...]] = {}  # what a unit is (its table's key)
+        self._priced: dict[tuple[Any, ...], np.ndarray] = {}  # node costs with memory priced, per price
         self.tables = 0
         self.solves = 0
 
@@ -214,18 +219,24 @@ class _StageCosts:
             nodes = [np.asarray(c.total, dtype=np.float64) - share * c.phases()[2] for c in costing.vertex_costs]
             dtype = costing.profile.dtype_bytes
             acts = [
-                sum((u.size / np.prod(layout(op, u, costing.configs[v]), axis=1) * dtype for u in op.outputs), np.zeros(1))
+                sum(
+                    (u.size / np.prod(layout(op, u, costing.configs[v]), axis=1) * dtype for u in op.outputs),
+                    np.zeros(1),
+                )
                 for v, op in enumerate(self.graph.operators)
             ]
             found = self._prices[g] = (nodes, float_costs(costing.problem.edge_flat), acts)
         return found
 
     def _matrix(self, g: int, e: int) -> np.ndarray:
-        problem = self.costing(g).problem
-        off = problem.edge_offsets
-        u, v, _ = self.edges[e]
-        k = problem.num_choices
-        return self.prices(g)[1][off[e] : off[e + 1]].reshape(int(k[u]), int(k[v]))
+        found = self._matrices.get((g, e))
+        if found is None:
+            problem = self.costing(g).problem
+            off = problem.edge_offsets
+            u, v, _ = self.edges[e]
+            k = problem.num_choices
+            found = self._matrices[(g, e)] = self.prices(g)[1][off[e] : off[e + 1]].reshape(int(k[u]), int(k[v]))
+        return found
 
     def key(self, start: int, end: int, g: int) -> tuple[Any, ...]:
         """What a slice is: its operators' signatures and wiring (an input from before it is -1)."""
@@ -237,31 +248,54 @@ class _StageCosts:
         )
         return (tuple(self.keys[start:end]), wiring, g)
 
-    def table(self, k: int, g: int, first: bool) -> tuple[np.ndarray, Any]:
+    def node(self, g: int, v: int, extra: tuple[float, int] | None) -> np.ndarray:
+        """Operator ``v``'s per micro-batch costs on ``g`` devices; with ``extra = (price,
+        flight)``, plus ``price`` per byte of its memory with ``flight`` micro-batches in flight."""
+        nodes, _, acts = self.prices(g)
+        if extra is None:
+            return nodes[v]
+        key = (g, v, extra)
+        found = self._priced.get(key)
+        if found is None:
+            price, flight = extra
+            memory = np.asarray(self.costing(g).vertex_costs[v].memory, dtype=np.float64)
+            found = self._priced[key] = nodes[v] + price * (memory + (flight - 1) * acts[v])
+        return found
+
+    def table(
+        self, k: int, g: int, first: bool, extra: tuple[float, int] | None = None, cache: dict | None = None
+    ) -> tuple[np.ndarray, Any]:
         """Unit ``k``'s least cost on ``g`` devices: a matrix over (the choice of the producer it
         receives, the choice of the producer it sends on), or, for a stage's first unit (which
         receives its input with no edge cost), a vector over the latter; with the
         :class:`~stratopt.solvers.dp.Marginal` that recovers the unit's choices (its operators
-        first, in order)."""
+        first, in order). ``extra`` prices memory (:meth:`node`); such tables go to ``cache``."""
         start, end = self.cuts[k], self.cuts[k + 1]
         source = -1 if first or k == 0 else self.sends[k - 1]
-        ops = self.graph.operators
-        wiring = tuple(
-            -2 if self.index.get(i.source or "") == source else self.index[i.source] - start
-            if i.source is not None and start <= self.index[i.source] < end else -1
-            for op in ops[start:end]
-            for i in op.inputs
-        )
-        key = (tuple(self.keys[start:end]), wiring, self.sends[k] - start, g, source < 0 or self.keys[source])
-        found = self._tables.get(key)
+        what = self._what.get((k, first))
+        if what is None:
+            ops = self.graph.operators
+            wiring = tuple(
+                -2
+                if self.index.get(i.source or "") == source
+                else self.index[i.source] - start
+                if i.source is not None and start <= self.index[i.source] < end
+                else -1
+                for op in ops[start:end]
+                for i in op.inputs
+            )
+            what = (tuple(self.keys[start:end]), wiring, self.sends[k] - start, source < 0 or self.keys[source])
+            self._what[(k, first)] = what
+        key = (*what, g, extra)
+        store = self._tables if cache is None else cache
+        found = store.get(key)
         if found is not None:
             return found
-        nodes = self.prices(g)[0]
         local = {v: i for i, v in enumerate(range(start, end))}
-        unary = [nodes[v] for v in range(start, end)]
+        unary = [self.node(g, v, extra) for v in range(start, end)]
         if source >= 0:
             local[source] = len(unary)
-            unary.append(np.zeros(nodes[source].shape[0]))
+            unary.append(np.zeros(self.prices(g)[0][source].shape[0]))
         pairs = []
         for v in range(start, end):
             for e in self.in_edges[v]:
@@ -271,8 +305,9 @@ class _StageCosts:
         from stratopt.solvers.dp import marginal_table
 
         keep = (local[self.sends[k]],) if source < 0 else (local[source], local[self.sends[k]])
-        found = self._tables[key] = marginal_table(unary, pairs, keep)
-        self.tables += 1
+        # Dominance pruning costs more than it saves on units this size (measured: GPT, 96 layers).
+        found = store[key] = marginal_table(unary, pairs, keep, prune=False)
+        self.tables += cache is None
         return found
 
     def times(self, count: int, sizes: list[int], say: Callable[[str], None]) -> dict[tuple[int, int, int], float]:
@@ -290,19 +325,34 @@ class _StageCosts:
                 for j in range(i + 2, count + 1):
                     row = (row[:, None] + self.table(j - 1, g, False)[0]).min(axis=0)
                     out[(i, j, g)] = float(row.min())
-            say(f"{self.graph.name}: stage times on {g} devices ({self.tables} unit tables, {self.solves} slices solved)")
+            say(
+                f"{self.graph.name}: stage times on {g} devices ({self.tables} unit tables, {self.solves} slices solved)"
+            )
         return out
 
-    def fastest(self, i: int, j: int, g: int) -> tuple[float, tuple[int, ...]]:
-        """An optimal strategy of units ``[i, j)`` on ``g`` devices: the chain walked back to each
-        boundary producer's choice, each unit's choices recovered from its table; its cost
-        recomputed from the node and edge costs (it must equal the chain's value)."""
+    def fastest(
+        self, i: int, j: int, g: int, extra: tuple[float, int] | None = None, cache: dict | None = None
+    ) -> tuple[float, tuple[int, ...]]:
+        """An optimal strategy of units ``[i, j)`` on ``g`` devices (memory priced by ``extra``,
+        :meth:`node`): the chain walked back to each boundary producer's choice, each unit's
+        choices recovered from its table; its cost recomputed from the node and edge costs (it
+        must equal the chain's value)."""
         if not self.chainable:
-            return self.solve(i, j, g)
-        row, how = self.table(i, g, True)
+            if extra is None:
+                return self.solve(i, j, g)
+            from stratopt.solvers import solve
+
+            priced = self.problem(i, j, g).replace(
+                node_costs=[self.node(g, v, extra) for v in range(self.cuts[i], self.cuts[j])]
+            )
+            result = solve(priced, "dp", time_limit=self.time_limit)
+            if result.assignment is None or result.status.value != "optimal":
+                raise ModelError(f"{self.graph.name}: no exact strategy for units {i}..{j - 1} on {g} devices")
+            return float(result.objective or 0.0), tuple(int(c) for c in result.assignment)
+        row, how = self.table(i, g, True, extra, cache)
         steps = []
         for k in range(i + 1, j):
-            matrix, unit = self.table(k, g, False)
+            matrix, unit = self.table(k, g, False, extra, cache)
             total = row[:, None] + matrix
             back = np.argmin(total, axis=0)
             row = total[back, np.arange(total.shape[1])]
@@ -317,18 +367,20 @@ class _StageCosts:
         for k, (_, unit) in zip(range(i + 1, j), steps, strict=True):
             part = unit.assignment((chosen[k - i - 1], chosen[k - i]))
             assignment += part[: self.cuts[k + 1] - self.cuts[k]]
-        cost = self.cost_of(i, j, g, assignment)
+        cost = self.cost_of(i, j, g, assignment, extra)
         if abs(cost - value) > 1e-9 * max(1.0, abs(value)):
             raise RuntimeError(
                 f"internal: units {i}..{j} on {g} devices: the recovered strategy costs {cost!r}, the chain {value!r}"
             )
         return value, tuple(assignment)
 
-    def cost_of(self, i: int, j: int, g: int, assignment: list[int] | tuple[int, ...]) -> float:
-        """Per micro-batch cost of a strategy of units ``[i, j)``: node costs and internal edges."""
+    def cost_of(
+        self, i: int, j: int, g: int, assignment: list[int] | tuple[int, ...], extra: tuple[float, int] | None = None
+    ) -> float:
+        """Per micro-batch cost of a strategy of units ``[i, j)``: node costs (memory priced by
+        ``extra``) and internal edges."""
         start, end = self.cuts[i], self.cuts[j]
-        nodes = self.prices(g)[0]
-        total = sum(float(nodes[v][assignment[v - start]]) for v in range(start, end))
+        total = sum(float(self.node(g, v, extra)[assignment[v - start]]) for v in range(start, end))
         for v in range(start, end):
             for e in self.in_edges[v]:
                 u = self.edges[e][0]
@@ -422,6 +474,128 @@ def _units(graph: Graph, max_units: int | None) -> list[int]:
     return [0, *inner[::step], len(graph)]
 
 
+def microbatch(graph: Graph, parts: int) -> Graph:
+    """``graph`` with its batch cut into ``parts``: one micro-batch.
+
+    The batch is the first dimension of the graph's data inputs (those of the first one's size;
+    weights are not data). It is followed through the graph: an operator's axes that index a
+    batch-carrying dimension of an input are its batch axes (the first of a dimension's axes, where
+    several index it: ``b`` of a merged ``b * s``); each is cut into ``parts``, with every dimension
+    of the operator's tensors that it indexes, and the output dimensions it indexes carry the batch
+    on. Raises :class:`ModelError` when the batch does not divide, or cannot be followed.
+
+    >>> from stratopt.graph import GraphBuilder
+    >>> g = GraphBuilder("mlp"); _ = g.fc(g.fc(g.input((64, 32)), 16), 8)
+    >>> [op.outputs[0].shape for op in microbatch(g.build(), 4)]
+    [(16, 16), (16, 8)]
+    """
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ModelError(f"the number of micro-batches must be a positive integer, got {parts!r}")
+    if parts == 1:
+        return graph
+    data = [
+        i.use.shape[0] for op in graph.operators for i in op.inputs if i.source is None and not i.param and i.use.shape
+    ]
+    if not data:
+        raise ModelError(f"{graph.name}: no data input to take the batch from")
+    batch = data[0]
+    if batch % parts:
+        raise ModelError(f"{graph.name}: a batch of {batch} does not split into {parts} micro-batches")
+    carried: dict[tuple[str, int], frozenset[int]] = {}  # (operator, output) -> batch-carrying dims
+    out = []
+    for op in graph.operators:
+        scaled: set[str] = set()
+        for i in op.inputs:
+            if i.source is None:
+                dims = frozenset({0}) if not i.param and i.use.shape and i.use.shape[0] == batch else frozenset()
+            else:
+                dims = carried[(i.source, i.output)]
+            for d in dims:
+                group = i.use.dims[d]
+                if not group:
+                    raise ModelError(f"{graph.name}: operator {op.name!r} reads the batch along no axis of its own")
+                scaled.add(group[0])
+        sizes = list(op.sizes)
+        for a in scaled:
+            k = op.axes.index(a)
+            if sizes[k] % parts:
+                raise ModelError(
+                    f"{graph.name}: operator {op.name!r}: its batch axis {a!r} of size {sizes[k]} does not split into {parts}"
+                )
+            sizes[k] //= parts
+
+        inputs = tuple(dataclasses.replace(i, use=_cut(i.use, scaled, parts, op.name)) for i in op.inputs)
+        outputs = tuple(_cut(u, scaled, parts, op.name) for u in op.outputs)
+        for k, u in enumerate(op.outputs):
+            carried[(op.name, k)] = frozenset(d for d, group in enumerate(u.dims) if any(a in scaled for a in group))
+        out.append(dataclasses.replace(op, sizes=tuple(sizes), inputs=inputs, outputs=outputs))
+    try:
+        return Graph(f"{graph.name}/{parts}", tuple(out), graph.source, graph.cutoff)
+    except ModelError as e:
+        raise ModelError(f"{graph.name}: cannot cut the batch into {parts} micro-batches: {e}") from None
+
+
+def _cut(use: Any, scaled: set[str], parts: int, where: str) -> Any:
+    """A tensor use with every dimension indexed by a ``scaled`` axis cut into ``parts``."""
+    shape = list(use.shape)
+    for d, group in enumerate(use.dims):
+        hits = sum(a in scaled for a in group)
+        if hits:
+            if shape[d] % parts**hits:
+                raise ModelError(f"operator {where!r}: a dimension of size {shape[d]} does not split into {parts}")
+            shape[d] //= parts**hits
+    return dataclasses.replace(use, shape=tuple(shape))
+
+
+def search_microbatches(
+    graph: Graph,
+    nodes: int,
+    gpus_per_node: int,
+    *,
+    choices: list[int] | None = None,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> tuple[PipelinePlan, Graph, list[tuple[int, float]]]:
+    """The best pipeline for ``graph``'s whole batch cut into M micro-batches, M chosen too: for
+    every M in ``choices`` (default: the powers of two that divide the batch, up to 64) the stage
+    search (:func:`search`, ``options`` passed on) on one micro-batch (:func:`microbatch`). Returns
+    the best plan, its micro-batch graph and every (M, estimate) tried (+inf where nothing fits).
+    Smaller micro-batches shrink the pipeline's bubble and its activations in flight, and run each
+    operator less efficiently: the trade-off is measured, not assumed.
+    """
+    say = progress or (lambda _msg: None)
+    if choices is None:
+        data = [
+            i.use.shape[0]
+            for op in graph.operators
+            for i in op.inputs
+            if i.source is None and not i.param and i.use.shape
+        ]
+        batch = data[0] if data else 1
+        choices = [m for m in (1, 2, 4, 8, 16, 32, 64) if batch % m == 0]
+    tried: list[tuple[int, float]] = []
+    best: tuple[PipelinePlan, Graph] | None = None
+    for m in choices:
+        try:
+            micro = microbatch(graph, m)
+            found = search(micro, nodes, gpus_per_node, microbatches=m, progress=None, **options)
+        except ModelError as e:
+            if "fits" not in str(e):
+                raise
+            tried.append((m, math.inf))
+            say(f"{graph.name}: {m} micro-batches: nothing fits")
+            continue
+        tried.append((m, found.estimate))
+        say(
+            f"{graph.name}: {m} micro-batches: {len(found.stages)} stages, {found.estimate / 1e3:,.2f} ms per iteration"
+        )
+        if best is None or found.estimate < best[0].estimate:
+            best = (found, micro)
+    if best is None:
+        raise ModelError(f"{graph.name}: no pipeline fits with any of {choices} micro-batches")
+    return best[0], best[1], tried
+
+
 def search(
     graph: Graph,
     nodes: int,
@@ -503,7 +677,9 @@ def search(
         return tables[0] if left is None or not binding else tables[min(left, microbatches)]
 
     values = {t for tab in tables.values() for row in tab for cell in row for t in cell}
-    candidates = sorted({t for t in values if t < math.inf} | {moves[i][d] for i in range(1, units) for d in range(1, p)})
+    candidates = sorted(
+        {t for t in values if t < math.inf} | {moves[i][d] for i in range(1, units) for d in range(1, p)}
+    )
     if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage
         candidates = [math.inf]
     counts: list[int | None] = [stages] if stages is not None or not binding else list(range(1, units + 1))
@@ -549,7 +725,9 @@ class _Fitted:
     when every strategy does), else the least-cost strategy the Lagrangian memory search of
     :func:`stratopt.plan.under_memory` finds (a heuristic there, with a proven bound)."""
 
-    def __init__(self, cost: _StageCosts, time: dict[tuple[int, int, int], float], limit: float, say: Callable[[str], None]):
+    def __init__(
+        self, cost: _StageCosts, time: dict[tuple[int, int, int], float], limit: float, say: Callable[[str], None]
+    ):
         self.cost = cost
         self.time = time
         self.limit = limit
@@ -611,7 +789,20 @@ class _Fitted:
             problem = self.cost.problem(i, j, g)
             self.say(f"stage {i}..{j} on {g} devices, {flight} in flight: fitting {self.limit / 1e9:g} GB")
             base = [np.asarray(c, dtype=np.float64) for c in problem.node_costs]
-            assignment, _, _ = under_memory(problem, base, use, self.limit, self.cost.time_limit, lambda _m: None)
+            tables: dict = {}
+
+            def oracle(price: float) -> tuple[tuple[int, ...], float]:
+                """The exact optimum with memory at ``price`` per byte, by the chain of unit tables."""
+                if price == 0.0:
+                    return fastest, self.time[(i, j, g)]
+                tables.clear()  # alike units share tables within one price, not across prices
+                self.cost._priced.clear()
+                value, assignment = self.cost.fastest(i, j, g, (price, flight), tables)
+                return assignment, value
+
+            assignment, _, _ = under_memory(
+                problem, base, use, self.limit, self.cost.time_limit, lambda _m: None, oracle=oracle
+            )
             found = (
                 (math.inf, None) if assignment is None else (float(evaluate(problem, assignment).objective), assignment)
             )
@@ -770,7 +961,7 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
             if previous is not None:
                 g.depend(previous, t)  # the schedule's order on the stage's devices
             previous = t
-        if sync > 0.0:  # the weight gradients, accumulated over the micro-batches, synchronised once
+        if sync > 0.0 and previous is not None:  # accumulated weight gradients, synchronised once
             t = g.add(len(order) * count + k, k, sync, (1, 3, f"stage{k}", m_count - 1, "gradients of the iteration"))
             g.depend(previous, t)
     for k in range(count):

@@ -294,16 +294,29 @@ def under_memory(
     limit: float,
     time_limit: float | None,
     say: Callable[[str], None],
+    *,
+    oracle: Callable[[float], tuple[tuple[int, ...], float] | None] | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The least-cost assignment of ``problem`` (node costs ``base``) whose summed per-vertex
     ``memory`` stays within ``limit``, as :func:`_solve_under_memory` finds it: (assignment, status,
-    lower bound)."""
+    lower bound). ``oracle(price)``, when given, is the exact optimum (assignment, value) of the
+    costs ``base + price * memory`` (default: the DP on ``problem`` with those node costs)."""
     started = time.perf_counter()
 
     def left() -> float | None:
         return None if time_limit is None else max(1.0, time_limit - (time.perf_counter() - started))
 
-    found = _dp(problem, left())
+    def exact(price: float) -> tuple[tuple[int, ...], float] | None:
+        if oracle is not None:
+            return oracle(price)
+        if price == 0.0:
+            return _dp(problem, left())
+        return _dp(_with_node_costs(problem, [b + price * m for b, m in zip(base, memory, strict=True)]), left())
+
+    def cost(a: tuple[int, ...]) -> float:
+        return float(evaluate(problem, a).objective)
+
+    found = exact(0.0)
     if found is None:
         return None, "no answer from the DP", None
     best, best_cost = found
@@ -322,7 +335,7 @@ def under_memory(
         """The exact optimum with memory at ``price`` microseconds per byte, and whether it fits;
         its Lagrangian dual value raises the bound."""
         nonlocal bound
-        step = _dp(_with_node_costs(problem, [b + price * m for b, m in zip(base, memory, strict=True)]), left())
+        step = exact(price)
         if step is None:
             return None
         a, value = step
@@ -337,7 +350,7 @@ def under_memory(
         if found is None:
             break
         if found[1]:
-            feasible, feasible_cost = found[0], float(evaluate(problem, found[0]).objective)
+            feasible, feasible_cost = found[0], cost(found[0])
             break
         lo, hi = hi, hi * 4.0
     if feasible is None:
@@ -351,9 +364,9 @@ def under_memory(
             break
         if found[1]:
             hi = mid
-            cost = float(evaluate(problem, found[0]).objective)
-            if cost < feasible_cost:
-                feasible, feasible_cost = found[0], cost
+            value = cost(found[0])
+            if value < feasible_cost:
+                feasible, feasible_cost = found[0], value
         else:
             lo = mid
         say(f"memory price {mid:.3g} us/byte: best fitting {feasible_cost:.1f} us, bound {bound:.1f} us ({i + 1}/14)")

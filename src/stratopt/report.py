@@ -287,9 +287,16 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
     _print_stages(info, result.memory_gb * 1e9)
     m = info["microbatches"]
     single = info["without_pipelining"]
+    if info.get("tried"):
+        words = ", ".join(
+            f"{t['microbatches']}: {'does not fit' if t['estimate'] is None else format(t['estimate'], ',.1f') + ' us'}"
+            for t in info["tried"]
+        )
+        print(f"micro-batches tried (the model's batch cut into M): {words}")
     line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
     if single:
-        line += f"; without pipelining {single:,.1f} us ({m} x the plan): {single / info['estimate']:.2f}x by the model"
+        how = "the plan's step" if info.get("tried") else f"{m} x the plan, gradients synced once"
+        line += f"; without pipelining {single:,.1f} us ({how}): {single / info['estimate']:.2f}x by the model"
     print(line)
 
 

@@ -29,7 +29,7 @@ from stratopt.errors import ModelError, UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 
-__all__ = ["ORDERINGS", "DynamicProgramming", "default_memory_cap", "Marginal", "marginal_table", "plan"]
+__all__ = ["ORDERINGS", "DynamicProgramming", "Marginal", "default_memory_cap", "marginal_table", "plan"]
 
 #: Elimination orders we can simulate (see :func:`plan`).
 ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
@@ -417,7 +417,7 @@ class Marginal:
 
 
 def marginal_table(
-    unary: list[np.ndarray], pairs: list[tuple[int, int, np.ndarray]], keep: tuple[int, ...]
+    unary: list[np.ndarray], pairs: list[tuple[int, int, np.ndarray]], keep: tuple[int, ...], *, prune: bool = True
 ) -> tuple[np.ndarray, Marginal]:
     """The least total cost for every joint choice of the ``keep`` vertices, everything else
     chosen at its best: an array with one axis per kept vertex (in ``keep``'s order), and the
@@ -425,7 +425,8 @@ def marginal_table(
 
     ``unary[v]`` are node costs, ``pairs`` ``(u, v, K_u x K_v matrix)`` edge costs (parallel ones
     add up; +inf forbids). The same exact eliminations as :class:`DynamicProgramming` (dominated
-    choices of the other vertices dropped, the pre-pass, then tables in the smallest order found),
+    choices of the other vertices dropped unless ``prune`` is False, the pre-pass, then tables in
+    the smallest order found),
     stopping short of the kept vertices: the pipeline search chains these tables over the units
     between its cuts.
 
@@ -446,7 +447,8 @@ def marginal_table(
         adj[u].add(v)
         adj[v].add(u)
     graph = _Graph(k, [np.array(x, dtype=np.float64) for x in unary], pair, adj)
-    graph.prune(frozen=set(keep))
+    if prune:
+        graph.prune(frozen=set(keep))
     alive = set(range(n)) - set(keep)
     graph.prepass(alive)
     order: tuple[int, ...] = ()
