@@ -415,3 +415,19 @@ def test_microbatch_search_and_errors(capsys) -> None:
     assert pipe["microbatches"] in (1, 2, 4, 8, 16, 32, 64) and pipe["tried"]
     assert main([*args, "--microbatches", "auto"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_unit_that_passes_its_input_through() -> None:
+    """A side branch that ends inside a unit (an auxiliary loss) leaves that unit's end cut crossed by
+    a tensor from before it: no chain of unit tables there, so every stage is solved by the DP on
+    its own slice, and the search still equals brute force."""
+    from stratopt.pipeline import _StageCosts
+
+    g = GraphBuilder("aux")
+    x = g.fc(g.input((32, 64)), 64)
+    g.softmax_xent(g.fc(x, 16))
+    g.fc(g.fc(x, 64), 64)
+    graph = g.build()
+    assert not _StageCosts(graph, cut_points(graph), cluster(1, 4).machine, 1, None).chainable
+    found = search(graph, 1, 4, microbatches=4, max_units=None)
+    assert found.estimate == pytest.approx(brute(graph, 1, 4, 4))

@@ -262,6 +262,10 @@ class _StageCosts:
             found = self._priced[key] = nodes[v] + price * (memory + (flight - 1) * acts[v])
         return found
 
+    def forget_priced(self) -> None:
+        """Drop the node costs cached for one memory price (the next price needs its own)."""
+        self._priced.clear()
+
     def table(
         self, k: int, g: int, first: bool, extra: tuple[float, int] | None = None, cache: dict | None = None
     ) -> tuple[np.ndarray, Any]:
@@ -683,7 +687,7 @@ def search(
     if microbatches == 1:  # the objective is the sum alone: no bound on the slowest stage
         candidates = [math.inf]
     counts: list[int | None] = [stages] if stages is not None or not binding else list(range(1, units + 1))
-    best: tuple[float, list[tuple[int, int, int]], float, int | None] | None = None
+    best: tuple[float, list[tuple[int, int, int]]] | None = None
     for count in counts:
         floor = _least_sum_under(units, sizes, p, table, moves, count, math.inf)
         floor_value = math.inf if floor is None else floor[0]
@@ -696,11 +700,11 @@ def search(
             total, layout = found
             value = total + ((microbatches - 1) * bound if microbatches > 1 else 0.0)
             if best is None or value < best[0] - 1e-9:
-                best = (value, layout, bound, count)
+                best = (value, layout)
     if best is None:
         what = f"{stages} stages" if stages is not None else "stages"
         raise ModelError(f"{graph.name}: no pipeline of {what} on {p} devices fits {limit / 1e9:g} GB per device")
-    _, layout, _, _ = best
+    _, layout = best
     plan_stages = []
     transfers = []
     used = 0
@@ -796,7 +800,7 @@ class _Fitted:
                 if price == 0.0:
                     return fastest, self.time[(i, j, g)]
                 tables.clear()  # alike units share tables within one price, not across prices
-                self.cost._priced.clear()
+                self.cost.forget_priced()
                 value, assignment = self.cost.fastest(i, j, g, (price, flight), tables)
                 return assignment, value
 
