@@ -431,3 +431,18 @@ def test_a_unit_that_passes_its_input_through() -> None:
     assert not _StageCosts(graph, cut_points(graph), cluster(1, 4).machine, 1, None).chainable
     found = search(graph, 1, 4, microbatches=4, max_units=None)
     assert found.estimate == pytest.approx(brute(graph, 1, 4, 4))
+
+
+def test_simulate_chooses_the_microbatches(capsys) -> None:
+    """simulate --stages N --microbatches auto: the JSON names the count chosen and every count
+    tried; --microbatches auto without --stages is a one-line error, exit 2."""
+    import json
+
+    from stratopt.cli import main
+
+    assert main(["simulate", "alexnet", "-p", "4", "--stages", "2", "--microbatches", "auto", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["pipeline"]
+    tried = [t["microbatches"] for t in out["tried"]]
+    assert out["microbatches"] in tried and tried == [1, 2, 4, 8, 16, 32, 64]  # alexnet's batch is 128
+    assert main(["simulate", "alexnet", "-p", "4", "--microbatches", "auto"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -159,8 +159,9 @@ class _StageCosts:
     those after: a unit's least cost for each choice ``a`` of the producer it receives and ``b`` of
     the one it sends on is a table (:func:`stratopt.solvers.dp.marginal_table`), and a stage's
     optimum is the min-plus product of its units' tables, exact. Alike units (the same operators
-    and wiring) share one table. A stage's strategy is solved for (the DP on its slice, whose
-    optimum must equal the chain's) only when it is needed: the plan's stages and memory checks.
+    and wiring) share one table. A stage's strategy is recovered from the tables (:meth:`fastest`)
+    only when it is needed: the plan's stages and memory checks. Where a unit passes a tensor from
+    before it through (:attr:`chainable` False), every slice is solved by the DP instead.
     """
 
     def __init__(self, graph: Graph, cuts: list[int], machine: Any, microbatches: int, time_limit: float | None):
@@ -251,15 +252,13 @@ class _StageCosts:
     def node(self, g: int, v: int, extra: tuple[float, int] | None) -> np.ndarray:
         """Operator ``v``'s per micro-batch costs on ``g`` devices; with ``extra = (price,
         flight)``, plus ``price`` per byte of its memory with ``flight`` micro-batches in flight."""
-        nodes, _, acts = self.prices(g)
         if extra is None:
-            return nodes[v]
+            return self.prices(g)[0][v]
         key = (g, v, extra)
         found = self._priced.get(key)
         if found is None:
             price, flight = extra
-            memory = np.asarray(self.costing(g).vertex_costs[v].memory, dtype=np.float64)
-            found = self._priced[key] = nodes[v] + price * (memory + (flight - 1) * acts[v])
+            found = self._priced[key] = self.prices(g)[0][v] + price * self._usage(g, v, flight)
         return found
 
     def forget_priced(self) -> None:
@@ -426,12 +425,11 @@ class _StageCosts:
     def usage(self, i: int, j: int, g: int, flight: int) -> list[np.ndarray]:
         """Bytes per device of each operator's choices with ``flight`` micro-batches in flight:
         weight state and kept activations, the activations ``flight`` times."""
-        costing = self.costing(g)
-        acts = self.prices(g)[2]
-        return [
-            np.asarray(costing.vertex_costs[v].memory, dtype=np.float64) + (flight - 1) * acts[v]
-            for v in range(self.cuts[i], self.cuts[j])
-        ]
+        return [self._usage(g, v, flight) for v in range(self.cuts[i], self.cuts[j])]
+
+    def _usage(self, g: int, v: int, flight: int) -> np.ndarray:
+        memory = np.asarray(self.costing(g).vertex_costs[v].memory, dtype=np.float64)
+        return memory + (flight - 1) * self.prices(g)[2][v]
 
 
 def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
@@ -497,12 +495,9 @@ def microbatch(graph: Graph, parts: int) -> Graph:
         raise ModelError(f"the number of micro-batches must be a positive integer, got {parts!r}")
     if parts == 1:
         return graph
-    data = [
-        i.use.shape[0] for op in graph.operators for i in op.inputs if i.source is None and not i.param and i.use.shape
-    ]
-    if not data:
+    batch = _batch(graph)
+    if batch is None:
         raise ModelError(f"{graph.name}: no data input to take the batch from")
-    batch = data[0]
     if batch % parts:
         raise ModelError(f"{graph.name}: a batch of {batch} does not split into {parts} micro-batches")
     carried: dict[tuple[str, int], frozenset[int]] = {}  # (operator, output) -> batch-carrying dims
@@ -539,6 +534,19 @@ def microbatch(graph: Graph, parts: int) -> Graph:
         raise ModelError(f"{graph.name}: cannot cut the batch into {parts} micro-batches: {e}") from None
 
 
+def _batch(graph: Graph) -> int | None:
+    """The batch: the first dimension of the graph's first data input (None without one)."""
+    return next(
+        (
+            i.use.shape[0]
+            for op in graph.operators
+            for i in op.inputs
+            if i.source is None and not i.param and i.use.shape
+        ),
+        None,
+    )
+
+
 def _cut(use: Any, scaled: set[str], parts: int, where: str) -> Any:
     """A tensor use with every dimension indexed by a ``scaled`` axis cut into ``parts``."""
     shape = list(use.shape)
@@ -569,13 +577,7 @@ def search_microbatches(
     """
     say = progress or (lambda _msg: None)
     if choices is None:
-        data = [
-            i.use.shape[0]
-            for op in graph.operators
-            for i in op.inputs
-            if i.source is None and not i.param and i.use.shape
-        ]
-        batch = data[0] if data else 1
+        batch = _batch(graph) or 1
         choices = [m for m in (1, 2, 4, 8, 16, 32, 64) if batch % m == 0]
     tried: list[tuple[int, float]] = []
     best: tuple[PipelinePlan, Graph] | None = None
@@ -680,7 +682,7 @@ def search(
     def table(left: int | None) -> list[list[list[float]]]:
         return tables[0] if left is None or not binding else tables[min(left, microbatches)]
 
-    values = {t for tab in tables.values() for row in tab for cell in row for t in cell}
+    values = {t for tab in tables.values() for row in tab for sized in row for t in sized}
     candidates = sorted(
         {t for t in values if t < math.inf} | {moves[i][d] for i in range(1, units) for d in range(1, p)}
     )
