@@ -341,3 +341,26 @@ def test_without_a_limit_one_run_takes_the_time():
     p = load_problem("example").replace(usage_limit=None)
     r = solve(p, "lagrange", workers=2, time_limit=5)
     assert r.stats["runs"] == 1 and r.objective == solve(p, "brute").objective == 415
+
+
+def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
+    """Where toulbar2's runs use their whole time (no proofs), every BOUND_EVERY-th run prices
+    the slots for the bound with a fraction of the time, and one that finds nothing doubles the
+    next one's; the bound still never exceeds the optimum."""
+    from stratopt.solvers import lagrange
+
+    real = lagrange.run_penalised
+    calls: list[tuple[int, bool]] = []
+
+    def slow(model, weights, seconds, seed, prices=None):
+        a, bound, _ = real(model, weights, seconds, seed, prices)
+        calls.append((seconds, prices is not None))
+        first_bound_run = prices is not None and sum(b for _, b in calls) == 1
+        return (None if first_bound_run else a), bound, float(seconds)  # as if it used its time
+
+    monkeypatch.setattr(lagrange, "run_penalised", slow)
+    p = _tight_problem()
+    r = solve(p, "lagrange", workers=0, runs=10, seconds=12)
+    assert [s for s, b in calls if b] == [4, 8] and all(s == 12 for s, b in calls if not b)
+    assert r.stats["bound_runs"] == 1  # the one that found nothing had no answer to step from
+    assert r.bound <= solve(p, "brute").objective == r.objective
