@@ -122,13 +122,17 @@ def plot(curves: dict[str, list[tuple[float, float]]], out: str) -> None:
 
 
 def summary(stderr_tail: str) -> tuple[str, str, str]:
-    """(solver, status, bound) from the command's closing stderr line
-    ("<solver>: <status>, cost <c>, bound <b>, <t> s in all")."""
-    m = re.search(r"^([\w-]+): (\w+), cost \S+, bound (\S+),", stderr_tail, re.MULTILINE)
+    """(solver, status, bound) from the command's closing stderr line ("<solver>: <status>, cost
+    <c>, bound <b>, <t> s", then "; beside it lagrange: ..." where a run beside the exact one
+    joined it: the solver reads "wcsp + lagrange", with "(answer)" when the answer is the other's)."""
+    m = re.search(r"^([\w-]+): (\w+), cost \S+, bound (\S+),(.*)$", stderr_tail, re.MULTILINE)
     if not m:
         return "?", "?", "?"
-    bound = m.group(3)
-    return m.group(1), m.group(2), "-" if bound == "None" else bound
+    solver, bound = m.group(1), m.group(3)
+    other = re.search(r"; beside it ([\w-]+):", m.group(4))
+    if other:
+        solver += f" + {other.group(1)}{' (answer)' if 'its answer taken' in m.group(4) else ''}"
+    return solver, m.group(2), "-" if bound == "None" else bound
 
 
 def check(path: Path, answer: list[int]) -> dict:

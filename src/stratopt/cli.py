@@ -519,7 +519,16 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
     result = solve_auto(problem, time_limit=budget, progress=_stderr, incumbent=keep) if budget > 0 else None
     if result is not None:
         took = time.perf_counter() - start
-        _stderr(f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s")
+        beside = result.stats.get("beside")
+        joined = (
+            f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}"
+            f"{', its answer taken' if result.stats.get('answer_from') else ''}"
+            if beside
+            else ""
+        )
+        _stderr(
+            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s{joined}"
+        )
         if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
             best.append(result.assignment)
     print(line(), flush=True)

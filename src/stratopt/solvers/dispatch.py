@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from stratopt.errors import ModelError, UnsupportedProblemError
-from stratopt.problem import StrategyProblem
+from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers import registry
 from stratopt.solvers.base import Limit, Result, Solver, Status
 from stratopt.solvers.brute import SMALL_SPACE
@@ -25,6 +27,13 @@ __all__ = ["mip_fits", "solve", "solve_auto"]
 #: 34-99 s for B and G and ends V at 4.43x.
 AUTO_MIP_VERTICES = 5_000
 AUTO_MIP_EDGE_ENTRIES = 2_000_000
+
+
+#: With a time limit, a usage limit and a spare core, ``"auto"`` runs ``lagrange`` in a child
+#: process beside ``wcsp`` (which runs in this one): toulbar2 with the usage rows as knapsacks
+#: proves small instances but its own bound stays weak where it does not (IOPDDL V: 633348 against
+#: the optimum 1617084); the Lagrangian ascent's bound and answer join its result when it ends.
+BESIDE_MIN_SECONDS = 10.0
 
 
 def mip_fits(problem: StrategyProblem) -> bool:
@@ -47,7 +56,11 @@ def solve_auto(
     2. If the DP refuses, runs out of its time or its optimum breaks the usage limit: ``brute`` (exact under the limit)
        for at most :data:`~stratopt.solvers.brute.SMALL_SPACE` assignments; else, where :func:`mip_fits`, ``wcsp``
        (toulbar2, exact under the limit, greedy's cost as its first upper bound; ``mip-highs``
-       where usages are fractional or toulbar2 is missing, then ``cpsat``); else ``greedy``.
+       where usages are fractional or toulbar2 is missing, then ``cpsat``), with ``lagrange`` in a
+       child process beside it when a core is spare (see :data:`BESIDE_MIN_SECONDS`): where the
+       exact run ends without a proof, the better answer and the higher bound of the two stand,
+       and OPTIMAL when they meet (``stats["beside"]``); else ``lagrange`` (``greedy`` without
+       toulbar2).
     A FEASIBLE answer carries the DP's optimum as its lower bound when that is the better bound.
     ``stats["auto"]`` says why the answer came from a later step. ``progress`` receives greedy's
     progress lines; ``incumbent`` each feasible assignment greedy holds as it improves (so a caller
@@ -78,11 +91,22 @@ def solve_auto(
         result = solve(problem, "brute", time_limit=left(), seed=seed)
     elif mip_fits(problem) and (exact_name := _first_available("wcsp", "mip-highs", "cpsat")):
         say(f"{exact_name}: solving the presolved model (greedy gives the start)")
+        beside = _start_beside(problem, left(), seed)
+        if beside is not None:
+            say("lagrange beside it on a second core (its bound and answer join the result)")
         try:
-            result = solve(problem, exact_name, time_limit=left(), seed=seed)
-        except UnsupportedProblemError as exc:  # wcsp: fractional usages
-            say(f"{exc}; mip-highs instead")
-            result = solve(problem, _first_available("mip-highs", "cpsat") or "greedy", time_limit=left(), seed=seed)
+            try:
+                result = solve(problem, exact_name, time_limit=left(), seed=seed)
+            except UnsupportedProblemError as exc:  # wcsp: fractional usages
+                say(f"{exc}; mip-highs instead")
+                result = solve(
+                    problem, _first_available("mip-highs", "cpsat") or "greedy", time_limit=left(), seed=seed
+                )
+            if beside is not None and result.status in (Status.FEASIBLE, Status.NO_SOLUTION):
+                result = _join(problem, result, beside.collect(wait=(left() or 0.0) + 1.0))
+        finally:
+            if beside is not None:
+                beside.stop()
     else:
         heuristic = _first_available("lagrange") or "greedy"
         say(f"{heuristic}: too large for the exact formulations")
@@ -94,6 +118,91 @@ def solve_auto(
         if result.bound is None or bound > result.bound:
             changes["bound"] = bound
     return dataclasses.replace(result, **changes)
+
+
+class _Beside:
+    """``lagrange`` (one process, toulbar2 in it) running in a child process beside an exact run
+    in this one; :meth:`collect` returns its checked Result, :meth:`stop` ends it."""
+
+    def __init__(self, problem: StrategyProblem, seconds: float, seed: int | None) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_beside_main, args=(send, problem, seconds, seed), daemon=True)
+        self._proc.start()
+        send.close()
+
+    def collect(self, wait: float) -> Result | None:
+        try:
+            if self._recv.poll(max(0.0, wait)):
+                got = self._recv.recv()
+                return got if isinstance(got, Result) else None
+            return None
+        except (EOFError, OSError):  # the child died (memory, a crash in toulbar2): no help from it
+            return None
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join(timeout=5)
+        self._recv.close()
+
+
+def _beside_main(send: Any, problem: StrategyProblem, seconds: float, seed: int | None) -> None:
+    from stratopt.solvers.lagrange import as_child
+
+    as_child()
+    try:
+        result: Result | str = solve(problem, "lagrange", time_limit=seconds, seed=seed, workers=0)
+    except Exception as exc:  # reported to the parent as nothing found; its own run stands
+        result = f"{type(exc).__name__}: {exc}"
+    send.send(result)
+    send.close()
+
+
+def _join(problem: StrategyProblem, result: Result, other: Result | None) -> Result:
+    """The exact run's result with the answer and bound of the run beside it where they are
+    better; OPTIMAL when the joint bound meets the answer's cost."""
+    if other is None:
+        return dataclasses.replace(result, stats={**result.stats, "beside": None})
+    stats = {
+        **result.stats,
+        "beside": {
+            "solver": other.solver,
+            "status": other.status.value,
+            "objective": other.objective,
+            "bound": other.bound,
+            "runs": other.stats.get("runs"),
+        },
+    }
+    changes: dict[str, Any] = {"stats": stats}
+    bound = result.bound
+    if other.bound is not None and (bound is None or other.bound > bound):
+        bound = changes["bound"] = other.bound
+    # Its answer was checked in the child; checked again here, where it is used.
+    if other.assignment is not None and other.status is Status.FEASIBLE:
+        own = evaluate(problem, other.assignment)
+        if own.feasible and (result.objective is None or own.objective < result.objective):
+            changes.update(assignment=other.assignment, objective=own.objective)
+            stats["answer_from"] = other.solver
+            if result.status is Status.NO_SOLUTION:
+                changes.update(status=Status.FEASIBLE)  # its limit (why the exact run stopped) stays
+    objective = changes.get("objective", result.objective)
+    if objective is not None and bound is not None and bound >= objective:
+        changes.update(status=Status.OPTIMAL, limit=None, bound=objective)
+    return dataclasses.replace(result, **changes)
+
+
+def _start_beside(problem: StrategyProblem, seconds: float | None, seed: int | None) -> _Beside | None:
+    """The ``lagrange`` run beside an exact one, where it can help: a time limit of at least
+    :data:`BESIDE_MIN_SECONDS`, a usage limit, toulbar2, a second core and forked processes."""
+    if seconds is None or seconds < BESIDE_MIN_SECONDS or problem.usage_limit is None:
+        return None
+    if (os.cpu_count() or 1) < 2 or not registry.available("lagrange"):
+        return None
+    try:
+        return _Beside(problem, seconds - 1.0, seed)  # it ends a little before the exact run
+    except (ValueError, OSError):  # no fork on this platform, or no process to be had
+        return None
 
 
 def _first_available(*names: str) -> str | None:
