@@ -22,10 +22,10 @@ costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with
 ``w`` bounds that minimum from below for every ``lam`` whose interval sums cover ``w``
 (``sum_{t in I_v} lam_t >= w_v``), through toulbar2's dual bound on the penalised problem. The
 narrowing's runs use the cover that puts each vertex's weight on the slot of its interval with
-the least room below the limit; where toulbar2 proves its runs' optima, every 4th run instead
-takes its weights from slot prices that a projected subgradient ascent (Polyak steps towards the
-best cost) moves, whose value is the Lagrangian dual at those prices (IOPDDL A: within 1% of the
-best cost known).
+the least room below the limit; one run in :data:`BOUND_EVERY` instead takes its weights from
+slot prices that a projected subgradient ascent (Polyak steps towards the best cost) moves, whose
+value is the Lagrangian dual at those prices (IOPDDL A: within 1% of the best cost known; S,
+where toulbar2 proves nothing in 20 s and these runs are short: 30% below the best answer).
 
 References
 ----------
@@ -73,8 +73,8 @@ REGION_REPAIR_SLOTS = 64
 EXPLOIT = 2
 SHAKE = 0.15
 
-#: Every this many runs, a run for the bound: slot prices. Where toulbar2 does not prove its runs'
-#: optima, the bound only needs its root bound and a first answer (for the ascent's step), so these
+#: One run in this many is a run for the bound (slot prices), after BOUND_EVERY - 1 answer runs.
+#: Where toulbar2 does not prove its runs' optima, the bound only needs its root bound and a first answer (for the ascent's step), so these
 #: runs get a fraction of the time (doubled after a run that found nothing). On IOPDDL S, 6 s runs
 #: of the ascent raise the bound from the floor (2,738) to 1.29e9 in 19 runs (84% of the best
 #: submitted cost).
