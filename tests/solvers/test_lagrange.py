@@ -344,9 +344,10 @@ def test_without_a_limit_one_run_takes_the_time():
 
 
 def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
-    """Where toulbar2's runs use their whole time (no proofs), every BOUND_EVERY-th run prices
-    the slots for the bound with a fraction of the time, and one that finds nothing doubles the
-    next one's; the bound still never exceeds the optimum."""
+    """Where toulbar2's runs use their whole time (no proofs), a run after every BOUND_EVERY - 1
+    answer runs prices the slots for the bound with a fraction of the time, one that finds nothing
+    doubles the next one's, and only the answer runs teach the per-vertex narrowing; the bound
+    still never exceeds the optimum."""
     from stratopt.solvers import lagrange
 
     real = lagrange.run_penalised
@@ -358,9 +359,19 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
         first_bound_run = prices is not None and sum(b for _, b in calls) == 1
         return (None if first_bound_run else a), bound, float(seconds)  # as if it used its time
 
+    learned: list[np.ndarray] = []
+    real_learn = lagrange._Weights.learn
+
+    def learn(self, weights, broken):
+        learned.append(weights.copy())
+        real_learn(self, weights, broken)
+
     monkeypatch.setattr(lagrange, "run_penalised", slow)
+    monkeypatch.setattr(lagrange._Weights, "learn", learn)
     p = _tight_problem()
     r = solve(p, "lagrange", workers=0, runs=10, seconds=12)
     assert [s for s, b in calls if b] == [4, 8] and all(s == 12 for s, b in calls if not b)
+    # Only the answer runs taught the narrowing (8 of them, all of which found an answer).
+    assert len(learned) == sum(1 for _, b in calls if not b) == 8
     assert r.stats["bound_runs"] == 1  # the one that found nothing had no answer to step from
     assert r.bound <= solve(p, "brute").objective == r.objective
