@@ -60,11 +60,11 @@ def _binding_problem(seed: int = 3) -> StrategyProblem:
     cheapest choices break (so 'auto' passes the DP and brute force by)."""
     rng = np.random.default_rng(seed)
     n = 40
-    node = rng.integers(0, 50, size=(n, 3)).tolist()
+    extra = rng.integers(0, 50, size=(n, 2)).tolist()
+    costs = [[0, a + 20, b + 60] for a, b in extra]  # the biggest choice is the cheapest
     edges = [(i, i + 1) for i in range(n - 1)]
     edge = [rng.integers(0, 30, size=9).tolist() for _ in edges]
     usages = [[9, 5, 2] for _ in range(n)]
-    costs = [[c0 * 0, c1 + 20, c2 + 60] for c0, c1, c2 in node]  # the big choice is the cheap one
     return StrategyProblem(costs, edges, edge, intervals=[[0, 1]] * n, usages=usages, usage_limit=5 * n)
 
 
