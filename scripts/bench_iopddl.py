@@ -129,7 +129,7 @@ def summary(stderr_tail: str) -> tuple[str, str, str]:
     if not m:
         return "?", "?", "?"
     solver, bound = m.group(1), m.group(3)
-    other = re.search(r"; beside it ([\w-]+):", m.group(4))
+    other = re.search(r"; beside it ([\w-]+): cost", m.group(4))
     if other:
         solver += f" + {other.group(1)}{' (answer)' if 'its answer taken' in m.group(4) else ''}"
     return solver, m.group(2), "-" if bound == "None" else bound

@@ -520,12 +520,14 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
     if result is not None:
         took = time.perf_counter() - start
         beside = result.stats.get("beside")
-        joined = (
-            f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}"
-            f"{', its answer taken' if result.stats.get('answer_from') else ''}"
-            if beside
-            else ""
-        )
+        joined = ""
+        if beside and "error" in beside:
+            joined = f"; beside it {beside['solver']}: nothing ({beside['error']})"
+        elif beside:
+            joined = (
+                f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}"
+                f"{', its answer taken' if result.stats.get('answer_from') else ''}"
+            )
         _stderr(
             f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s{joined}"
         )

@@ -93,3 +93,13 @@ def test_a_proof_stops_the_run_beside():
     finally:
         dispatch.BESIDE_MIN_SECONDS = dispatch_min
     assert r.status is Status.OPTIMAL and r.solver == "wcsp" and "beside" not in r.stats
+
+
+def test_a_failed_run_beside_is_reported_not_hidden():
+    """A run beside that gives nothing (its error, a death, no answer in time) leaves the exact
+    run's result as it was, with the reason in stats."""
+    p = _binding_problem()
+    first = solve(p, "greedy")
+    joined = dispatch._join(p, first, "RuntimeError: toulbar2 went away")
+    assert joined.stats["beside"] == {"solver": "lagrange", "error": "RuntimeError: toulbar2 went away"}
+    assert (joined.status, joined.assignment, joined.bound) == (first.status, first.assignment, first.bound)

@@ -131,14 +131,15 @@ class _Beside:
         self._proc.start()
         send.close()
 
-    def collect(self, wait: float) -> Result | None:
+    def collect(self, wait: float) -> Result | str:
+        """Its Result, or why there is none (its error, a death, no answer in time)."""
         try:
             if self._recv.poll(max(0.0, wait)):
                 got = self._recv.recv()
-                return got if isinstance(got, Result) else None
-            return None
+                return got if isinstance(got, (Result, str)) else f"unexpected {type(got).__name__}"
+            return "no result in time"
         except (EOFError, OSError):  # the child died (memory, a crash in toulbar2): no help from it
-            return None
+            return f"the child process ended without a result (exit code {self._proc.exitcode})"
 
     def stop(self) -> None:
         if self._proc.is_alive():
@@ -159,11 +160,12 @@ def _beside_main(send: Any, problem: StrategyProblem, seconds: float, seed: int 
     send.close()
 
 
-def _join(problem: StrategyProblem, result: Result, other: Result | None) -> Result:
+def _join(problem: StrategyProblem, result: Result, other: Result | str) -> Result:
     """The exact run's result with the answer and bound of the run beside it where they are
-    better; OPTIMAL when the joint bound meets the answer's cost."""
-    if other is None:
-        return dataclasses.replace(result, stats={**result.stats, "beside": None})
+    better; OPTIMAL when the joint bound meets the answer's cost. ``other`` a string: why the run
+    beside gave nothing (kept in ``stats["beside"]["error"]``)."""
+    if isinstance(other, str):
+        return dataclasses.replace(result, stats={**result.stats, "beside": {"solver": "lagrange", "error": other}})
     stats = {
         **result.stats,
         "beside": {
