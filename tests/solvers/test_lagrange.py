@@ -299,7 +299,8 @@ def test_a_finished_run_leaves_no_alarm_behind():
 def test_a_run_leaves_toulbar2s_options_as_it_found_them():
     """toulbar2's options are process-wide: the LDS a penalised run sets (and the HBFS that LDS
     turns off) left behind made a later exact 'wcsp' run in the same process end without its
-    proof (its dual bound one short of the optimum on this chain)."""
+    proof (its dual bound one short of the optimum on this chain). The TRW-S accuracy is
+    restored too."""
     from stratopt.solvers.lagrange import run_penalised
 
     rng = np.random.default_rng(3)
@@ -313,11 +314,37 @@ def test_a_run_leaves_toulbar2s_options_as_it_found_them():
         usages=[[3, 2, 1, 0]] * n,
         usage_limit=15,
     )
+    import pytoulbar2
+
+    from stratopt.solvers.lagrange import TRWS_ACCURACY
+
+    before = pytoulbar2.CFN(verbose=-1).Option.trwsAccuracy
     p = _tight_problem()
-    a, _, _ = run_penalised(PenaltyModel.build(p), np.ones(3), 30, 1)
+    a, _, _ = run_penalised(PenaltyModel.build(p), np.ones(3), 30, 1, trws=TRWS_ACCURACY)
     assert a is not None
+    assert pytoulbar2.CFN(verbose=-1).Option.trwsAccuracy == before != TRWS_ACCURACY
     r = solve(chain, "wcsp")
     assert r.status is Status.OPTIMAL and r.objective == r.bound == solve(chain, "brute").objective
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(max_vertices=5))
+def test_without_trws_answers_and_bounds_against_brute(problem):
+    """The runs without TRW-S message passing (``trws=None``) hold the same guarantees: a
+    feasible answer costs at least the optimum, the bound is at most it."""
+    exact = solve(problem, "brute")
+    r = solve(problem, "lagrange", workers=0, runs=2, trws=None)
+    if r.assignment is not None:
+        cost, feasible = reference_evaluate(problem, r.assignment)
+        assert feasible and exact.objective is not None and cost == r.objective >= exact.objective
+    if r.bound is not None and exact.objective is not None:
+        assert r.bound <= exact.objective
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, -0.01, "fast"])
+def test_a_bad_trws_accuracy_is_refused(bad):
+    with pytest.raises(ModelError, match="trws"):
+        solve(load_problem("example"), "lagrange", workers=0, trws=bad)
 
 
 def _failing_run(*args):
@@ -353,8 +380,8 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     real = lagrange.run_penalised
     calls: list[tuple[int, bool]] = []
 
-    def slow(model, weights, seconds, seed, prices=None):
-        a, bound, _ = real(model, weights, seconds, seed, prices)
+    def slow(model, weights, seconds, seed, prices=None, trws=None):
+        a, bound, _ = real(model, weights, seconds, seed, prices, trws)
         calls.append((seconds, prices is not None))
         first_bound_run = prices is not None and sum(b for _, b in calls) == 1
         return (None if first_bound_run else a), bound, float(seconds)  # as if it used its time

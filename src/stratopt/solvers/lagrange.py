@@ -81,6 +81,15 @@ SHAKE = 0.15
 BOUND_EVERY = 4
 BOUND_FRACTION = 3
 
+#: Before its search, each penalised run passes toulbar2's TRW-S messages (sequential
+#: tree-reweighted message passing, ``trwsAccuracy``) until the dual bound moves by less than this
+#: fraction. The reparametrised costs guide the limited discrepancy search to better answers and
+#: the bound it proves is higher. On IOPDDL S (2 cores, 240 s), three whole searches ended at
+#: 1.006x, 1.010x and 1.010x the best submitted cost with bounds 1.13-1.21e9 (without: 1.007x to
+#: 1.023x over six searches, bounds about 1.09e9); on the penalised network at fixed weights, a 20 s
+#: run's penalised cost was 2.3-3.1% lower at half and 0.7 of good weights.
+TRWS_ACCURACY = 0.01
+
 
 @dataclass
 class PenaltyModel:
@@ -391,10 +400,15 @@ def as_child() -> None:
 
 
 def _worker_run(
-    weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None, budget: float | None
+    weights: np.ndarray,
+    seconds: int,
+    seed: int,
+    prices: np.ndarray | None,
+    budget: float | None,
+    trws: float | None = None,
 ) -> Attempt:
     assert _MODEL is not None and _ENGINE is not None
-    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, budget)
+    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, budget, trws)
 
 
 def _ray_run(
@@ -404,9 +418,10 @@ def _ray_run(
     seed: int,
     prices: np.ndarray | None,
     budget: float | None,
+    trws: float | None = None,
 ) -> Attempt:
     model, engine = shared
-    return attempt(model, engine, weights, seconds, seed, prices, budget)
+    return attempt(model, engine, weights, seconds, seed, prices, budget, trws)
 
 
 @dataclass
@@ -429,13 +444,14 @@ def attempt(
     seed: int,
     prices: np.ndarray | None = None,
     budget: float | None = None,
+    trws: float | None = None,
 ) -> Attempt:
     """A penalised run, then repair and polish of its answer (in the worker that ran it, so
     that the workers, not the search's own process, do the work). ``budget``: the seconds, from
     the start of this call, after which the repairs and polish stop (a duration, not a clock
     time, so that it holds on another machine of a Ray cluster)."""
     deadline = None if budget is None else time.monotonic() + budget
-    a, bound, took = run_penalised(model, weights, seconds, seed, prices)
+    a, bound, took = run_penalised(model, weights, seconds, seed, prices, trws)
     if a is None:
         return Attempt(None, bound, took, [])
 
@@ -453,17 +469,31 @@ def attempt(
 
 
 def run_penalised(
-    model: PenaltyModel, weights: np.ndarray, seconds: int, seed: int, prices: np.ndarray | None = None
+    model: PenaltyModel,
+    weights: np.ndarray,
+    seconds: int,
+    seed: int,
+    prices: np.ndarray | None = None,
+    trws: float | None = None,
 ) -> tuple[np.ndarray | None, float, float]:
     """toulbar2 on the penalised problem for at most ``seconds`` of CPU time (whole seconds, at
     least one): (assignment or None, a proven lower bound under the limit, seconds taken).
-    ``prices``: slot prices that cover ``weights``, for the bound (see :meth:`PenaltyModel.dual_value`)."""
+    ``prices``: slot prices that cover ``weights``, for the bound (see :meth:`PenaltyModel.dual_value`).
+    ``trws``: the accuracy of TRW-S message passing before the search (:data:`TRWS_ACCURACY`), or None."""
     started = time.perf_counter()
     net = model.network
     assert net is not None
     if len(net.k):
         values, dual, functions = _toulbar2(
-            net.k, net.node_off, net.penalised(model, weights), net.edges, net.edge_off, net.edge, seconds, seed
+            net.k,
+            net.node_off,
+            net.penalised(model, weights),
+            net.edges,
+            net.edge_off,
+            net.edge,
+            seconds,
+            seed,
+            trws=trws,
         )
     else:  # the reductions decided every vertex
         values, dual, functions = np.zeros(0, dtype=np.int64), 0.0, 0
@@ -485,9 +515,11 @@ def _toulbar2(
     seconds: float,
     seed: int,
     rows: Sequence[tuple[list[tuple[int, int, int]], int]] = (),
+    trws: float | None = None,
 ) -> tuple[np.ndarray | None, float, int]:
     """One cost function network (float costs, ``inf`` forbidden, rounded here) solved by
-    toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``:
+    toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``, after
+    TRW-S message passing to accuracy ``trws`` when given (see :data:`TRWS_ACCURACY`):
     (values or None, its dual bound, the number of cost functions)."""
     import pytoulbar2
 
@@ -498,8 +530,10 @@ def _toulbar2(
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
     edge_int = np.where(np.isfinite(edge), edge, top).astype(np.int64)
     cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
-    saved = cfn.Option.lds, cfn.Option.hbfs
+    saved = cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy
     try:
+        if trws is not None:
+            cfn.Option.trwsAccuracy = trws
         return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows)
     except (cfn.Contradiction, cfn.SolverOut):
         # An empty domain or a knapsack nothing meets (Contradiction) proves nothing to stop for:
@@ -511,7 +545,7 @@ def _toulbar2(
         # process-wide too: LDS (and the HBFS it turns off) left set would cost a later exact run
         # (wcsp) its proof.
         cfn.CFN.timerStop()
-        cfn.Option.lds, cfn.Option.hbfs = saved
+        cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy = saved
 
 
 def _post_and_solve(
@@ -791,6 +825,7 @@ class Lagrange:
         seconds: float | None = None,
         runs: int = 8,
         unit: float = 1.0,
+        trws: float | None = TRWS_ACCURACY,
         progress: Callable[[str], None] | None = None,
         incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> Result:
@@ -799,7 +834,8 @@ class Lagrange:
         ``ray.init()`` connects to; ``workers`` None: one per CPU of the cluster). ``seconds``:
         toulbar2 time per run (default: a quarter of the time limit, at most 20; 10 without one).
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
-        the first runs spread around, from a hundredth to a hundred times it."""
+        the first runs spread around, from a hundredth to a hundred times it. ``trws``: each run's
+        TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone)."""
         t0 = time.perf_counter()
         deadline = None if time_limit is None else t0 + time_limit
 
@@ -824,6 +860,8 @@ class Lagrange:
             return Result(self.name, Status.INFEASIBLE, stats=stats)
         if seconds is None:
             seconds = 10.0 if time_limit is None else max(1.0, min(20.0, time_limit / 4))
+        if trws is not None and not (isinstance(trws, (int, float)) and 0 < trws < 1):
+            raise ModelError(f"lagrange: trws must be an accuracy in (0, 1) or None, got {trws!r}")
         if executor not in ("process", "ray"):
             raise ModelError(f"lagrange: unknown executor {executor!r}; choose 'process' or 'ray'")
         if workers is None and executor == "process":
@@ -838,7 +876,7 @@ class Lagrange:
         bound = model.dual_value(np.zeros(model.n), 0.0)
         history: list[dict[str, Any]] = []
         say(
-            f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {'Ray tasks' if executor == 'ray' else f'{workers or 1} worker(s)'}, {seconds:.0f} s per run"
+            f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {'Ray tasks' if executor == 'ray' else f'{workers or 1} worker(s)'}, {seconds:.0f} s per run{'' if trws is None else f', TRW-S to {trws:g}'}"
         )
 
         # Slot prices for the bound runs (projected subgradient ascent on the Lagrangian dual,
@@ -960,7 +998,9 @@ class Lagrange:
                 w, lam = next_weights()
                 started += 1
                 budget = None if deadline is None else left()
-                take(w, attempt(model, engine, w, run_seconds(lam), int(rng.integers(1, 2**31)), lam, budget), lam)
+                take(
+                    w, attempt(model, engine, w, run_seconds(lam), int(rng.integers(1, 2**31)), lam, budget, trws), lam
+                )
                 if not has_limit:
                     break
         else:
@@ -972,7 +1012,9 @@ class Lagrange:
                         w, lam = next_weights()
                         started += 1
                         seed_i = int(rng.integers(1, 2**31))
-                        pool.submit((w, lam), w, run_seconds(lam), seed_i, lam, None if deadline is None else left())
+                        pool.submit(
+                            (w, lam), w, run_seconds(lam), seed_i, lam, None if deadline is None else left(), trws
+                        )
                     if not pool.busy():
                         break
                     (w, lam), outcome = pool.next_done()
