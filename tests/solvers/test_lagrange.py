@@ -341,6 +341,28 @@ def test_without_trws_answers_and_bounds_against_brute(problem):
         assert r.bound <= exact.objective
 
 
+@pytest.mark.parametrize("trws", [None, 0.05])
+def test_every_run_gets_the_trws_accuracy_asked_for(monkeypatch, trws):
+    """By default every penalised run passes TRW-S messages to TRWS_ACCURACY; ``trws`` sets the
+    accuracy, None leaves toulbar2's search alone."""
+    from stratopt.solvers import lagrange
+
+    real = lagrange.run_penalised
+    seen: list[float | None] = []
+
+    def recording(model, weights, seconds, seed, prices=None, trws=None):
+        seen.append(trws)
+        return real(model, weights, seconds, seed, prices, trws)
+
+    monkeypatch.setattr(lagrange, "run_penalised", recording)
+    p = _tight_problem()
+    assert solve(p, "lagrange", workers=0, runs=3).assignment is not None
+    assert seen and set(seen) == {lagrange.TRWS_ACCURACY}
+    seen.clear()
+    assert solve(p, "lagrange", workers=0, runs=3, trws=trws).assignment is not None
+    assert seen and set(seen) == {trws}
+
+
 @pytest.mark.parametrize("bad", [0, 1.5, -0.01, "fast"])
 def test_a_bad_trws_accuracy_is_refused(bad):
     with pytest.raises(ModelError, match="trws"):

@@ -839,6 +839,8 @@ class Lagrange:
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
         the first runs spread around, from a hundredth to a hundred times it. ``trws``: each run's
         TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone)."""
+        if trws is not None and not (isinstance(trws, (int, float)) and 0 < trws < 1):
+            raise ModelError(f"lagrange: trws must be an accuracy in (0, 1) or None, got {trws!r}")
         t0 = time.perf_counter()
         deadline = None if time_limit is None else t0 + time_limit
 
@@ -863,8 +865,6 @@ class Lagrange:
             return Result(self.name, Status.INFEASIBLE, stats=stats)
         if seconds is None:
             seconds = 10.0 if time_limit is None else max(1.0, min(20.0, time_limit / 4))
-        if trws is not None and not (isinstance(trws, (int, float)) and 0 < trws < 1):
-            raise ModelError(f"lagrange: trws must be an accuracy in (0, 1) or None, got {trws!r}")
         if executor not in ("process", "ray"):
             raise ModelError(f"lagrange: unknown executor {executor!r}; choose 'process' or 'ray'")
         if workers is None and executor == "process":
