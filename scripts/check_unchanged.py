@@ -33,6 +33,15 @@ README_COMMANDS = (
     "stratopt place seed004-appendix --algo cpsat",
     "stratopt simulate vgg19 -p 8",
     "stratopt search vgg19 -p 8 --mcmc --budget 500 --seed 0",
+    # the planning side: the plan, its baselines and export, pipelines (layout issue 33)
+    "stratopt plan gpt --nodes 1 --gpus-per-node 4 --json",
+    "stratopt plan gpt --nodes 2 --gpus-per-node 4",
+    "stratopt plan vgg19 --nodes 1 --gpus-per-node 4 --memory 1 --no-simulate --json",
+    "stratopt plan transformer --nodes 1 --gpus-per-node 8 --json",
+    "stratopt plan gpt --nodes 1 --gpus-per-node 4 --no-simulate --export {tmp}/plan.json",
+    "stratopt plan gpt --nodes 2 --gpus-per-node 4 --stages auto --microbatches 4 --json",
+    "stratopt plan gpt --nodes 2 --gpus-per-node 4 --stages 2 --microbatches auto --no-simulate",
+    "stratopt simulate gpt -p 8 --stages auto --microbatches 2 --json",
 )
 
 #: Seconds, timestamps and wall times vary from run to run; everything else must not.
@@ -73,12 +82,44 @@ def case_optima() -> dict[str, object]:
     return out
 
 
+def lagrange_answers() -> dict[str, object]:
+    """``lagrange`` (one process, a fixed number of runs, seeded) on seeded random problems whose
+    usage limit binds: answer, bound and every run's cost, which a faithful move keeps exactly."""
+    import numpy as np
+
+    from stratopt import StrategyProblem
+    from stratopt.solvers import solve
+
+    out: dict[str, object] = {}
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(8, 20))
+        ks = rng.integers(2, 5, n).tolist()
+        node = [rng.integers(0, 50, k).tolist() for k in ks]
+        edges = [(int(u), int(v)) for u, v in (rng.choice(n, 2, replace=False) for _ in range(2 * n))]
+        costs = [rng.integers(0, 30, ks[u] * ks[v]).tolist() for u, v in edges]
+        starts = rng.integers(0, 10, n)
+        intervals = [[int(s), int(s + rng.integers(1, 6))] for s in starts]
+        usages = [rng.integers(1, 10, k).tolist() for k in ks]
+        least = sum(min(u) for u in usages)
+        problem = StrategyProblem(node, edges, costs, intervals=intervals, usages=usages, usage_limit=least // 2 + 5)
+        r = solve(problem, "lagrange", workers=0, runs=6, seed=seed)
+        runs = [h.get("cost") for h in r.stats.get("history", [])]
+        out[f"random-{seed}"] = {"status": r.status.value, "objective": r.objective, "bound": r.bound, "runs": runs}
+    return out
+
+
 def readme_outputs() -> dict[str, str]:
+    import tempfile
+
     out = {}
     for command in README_COMMANDS:
-        argv = [sys.executable, "-m", "stratopt", *command.split()[1:]]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
-        text = f"exit {proc.returncode}\n{proc.stdout}"
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [sys.executable, "-m", "stratopt", *command.format(tmp=tmp).split()[1:]]
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+            text = f"exit {proc.returncode}\n{proc.stdout.replace(tmp, '{tmp}')}"
+            written = sorted(Path(tmp).iterdir())
+            text += "".join(f"\n-- {f.name}\n{f.read_text()}" for f in written)
         for pattern, repl in _VARYING:
             text = pattern.sub(repl, text)
         out[command] = text
@@ -90,7 +131,7 @@ def main() -> int:
     parser.add_argument("mode", nargs="?", choices=("record", "check"), default="check")
     parser.add_argument("--no-readme", action="store_true", help="skip the README commands")
     args = parser.parse_args()
-    now = {"zoo": zoo_optima(), "cases": case_optima()}
+    now = {"zoo": zoo_optima(), "cases": case_optima(), "lagrange": lagrange_answers()}
     if not args.no_readme:
         now["readme"] = readme_outputs()
     if args.mode == "record":
