@@ -29,11 +29,12 @@ import time
 def manual(graph, nodes: int, machine, microbatches: int, max_units: int | None):
     """Megatron-style: one stage per node on equal runs of units, tensor parallel 8 in each."""
     from stratopt.cost import build
-    from stratopt.pipeline import PipelinePlan, Stage, _units, crossing_bytes, stage_graph, transfer_time
-    from stratopt.plan import baselines, cluster
+    from stratopt.planning import PipelinePlan, Stage, crossing_bytes, stage_graph, transfer_time
+    from stratopt.planning.stages import unit_cuts
+    from stratopt.planning import baselines, cluster
     from stratopt.problem import evaluate
 
-    cuts = _units(graph, max_units)
+    cuts = unit_cuts(graph, max_units)
     units = len(cuts) - 1
     if units < nodes:
         return None
@@ -60,9 +61,9 @@ def manual(graph, nodes: int, machine, microbatches: int, max_units: int | None)
 
 
 def main() -> None:
-    from stratopt import pipeline
+    from stratopt import planning as pipeline
     from stratopt.instances import load_instance
-    from stratopt.plan import cluster
+    from stratopt.planning import cluster
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,transformer")

@@ -13,8 +13,9 @@ import pytest
 from stratopt.cost import build
 from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
-from stratopt.pipeline import _sizes, cut_points, search, stage_graph
-from stratopt.plan import cluster
+from stratopt.planning import cut_points, search, stage_graph
+from stratopt.planning.stages import group_sizes
+from stratopt.planning import cluster
 from stratopt.solvers import solve
 
 
@@ -52,7 +53,7 @@ def brute(graph, nodes, gpus, microbatches, stages=None, memory=None) -> float:
     p = where.devices
     cuts = cut_points(graph)
     units = len(cuts) - 1
-    sizes = [g for g in _sizes(nodes, gpus) if g <= p]
+    sizes = [g for g in group_sizes(nodes, gpus) if g <= p]
     index = graph.index
     best = math.inf
     for count in range(1, units + 1):
@@ -119,13 +120,13 @@ def residual(blocks: int = 4):
 def test_chained_stage_times_equal_the_dp(graph, nodes, gpus) -> None:
     """Every stage's time from the chain of unit tables equals the DP's optimum of that stage's own
     graph, and the strategy recovered for it re-prices to that optimum on the stage's own problem."""
-    from stratopt.pipeline import _StageCosts
+    from stratopt.planning.units import StageCosts
     from stratopt.problem import evaluate
 
     where = cluster(nodes, gpus)
     cuts = cut_points(graph)
-    cost = _StageCosts(graph, cuts, where.machine, 1, None)
-    sizes = [g for g in _sizes(nodes, gpus) if g <= where.devices]
+    cost = StageCosts(graph, cuts, where.machine, 1, None)
+    sizes = [g for g in group_sizes(nodes, gpus) if g <= where.devices]
     times = cost.times(len(cuts) - 1, sizes, lambda _m: None)
     assert cost.chainable and len(times) == len(sizes) * (len(cuts) - 1) * len(cuts) // 2
     for (i, j, g), t in times.items():
@@ -160,7 +161,7 @@ def test_gradient_sync_once_per_iteration() -> None:
     micro-batches costs M times the optimum of (per micro-batch work + sync / M), found by the DP on
     those costs here, less than M whole steps; the simulation runs the sync once, after the last
     backward pass, so M micro-batches take one step plus M - 1 times a step without its sync."""
-    from stratopt.pipeline import simulate
+    from stratopt.planning import simulate
     from stratopt.sim.trace import simulate_strategy
 
     graph = wide_batch()
@@ -205,7 +206,7 @@ def test_cuts_and_errors() -> None:
 def test_simulation_of_one_stage_is_todays_simulation() -> None:
     """A one-stage, one-micro-batch pipeline simulates to exactly the operator-level simulation of
     today's plan; with M micro-batches, to M times it (the stage never idles)."""
-    from stratopt.pipeline import simulate
+    from stratopt.planning import simulate
     from stratopt.sim.trace import simulate_strategy
 
     graph = chain()
@@ -221,7 +222,7 @@ def test_simulation_of_one_stage_is_todays_simulation() -> None:
 def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> None:
     """Equal stages with no transfer time: 1F1B takes (M + S - 1) (f + b), the estimate's formula,
     and GPipe's order takes as long or longer; the bubble is (S - 1) / (M + S - 1)."""
-    from stratopt.pipeline import PipelinePlan, Stage, simulate
+    from stratopt.planning import PipelinePlan, Stage, simulate
 
     graph = chain((64,) * 4)
     where = cluster(1, 4)
@@ -284,7 +285,7 @@ def brute_fitted(graph, nodes, gpus, microbatches, memory) -> float:
     p = where.devices
     cuts = cut_points(graph)
     units = len(cuts) - 1
-    sizes = [g for g in _sizes(nodes, gpus) if g <= p]
+    sizes = [g for g in group_sizes(nodes, gpus) if g <= p]
     cache: dict = {}
     best = math.inf
     for count in range(1, units + 1):
@@ -379,7 +380,7 @@ def test_microbatch_is_the_model_at_a_smaller_batch(name) -> None:
     """Cutting a zoo model's batch into 4 gives exactly the model built at a quarter of the batch:
     every operator's domain, input and output shapes."""
     from stratopt.graph.zoo import ZOO
-    from stratopt.pipeline import microbatch
+    from stratopt.planning import microbatch
 
     build_at = ZOO[name].build
     whole = build_at()
@@ -398,7 +399,7 @@ def test_microbatch_search_and_errors(capsys) -> None:
     estimate (each the stage search on its micro-batch); a batch that does not divide is a
     one-line error, and so is plan --microbatches auto without --stages."""
     from stratopt.cli import main
-    from stratopt.pipeline import microbatch, search_microbatches
+    from stratopt.planning import microbatch, search_microbatches
 
     graph = chain()  # batch 32
     found, micro, tried = search_microbatches(graph, 1, 4)
@@ -421,14 +422,14 @@ def test_a_unit_that_passes_its_input_through() -> None:
     """A side branch that ends inside a unit (an auxiliary loss) leaves that unit's end cut crossed by
     a tensor from before it: no chain of unit tables there, so every stage is solved by the DP on
     its own slice, and the search still equals brute force."""
-    from stratopt.pipeline import _StageCosts
+    from stratopt.planning.units import StageCosts
 
     g = GraphBuilder("aux")
     x = g.fc(g.input((32, 64)), 64)
     g.softmax_xent(g.fc(x, 16))
     g.fc(g.fc(x, 64), 64)
     graph = g.build()
-    assert not _StageCosts(graph, cut_points(graph), cluster(1, 4).machine, 1, None).chainable
+    assert not StageCosts(graph, cut_points(graph), cluster(1, 4).machine, 1, None).chainable
     found = search(graph, 1, 4, microbatches=4, max_units=None)
     assert found.estimate == pytest.approx(brute(graph, 1, 4, 4))
 

@@ -11,7 +11,7 @@ import pytest
 from stratopt.cli import main
 from stratopt.cost import build
 from stratopt.graph import GraphBuilder
-from stratopt.plan import baselines, cluster, plan
+from stratopt.planning import baselines, cluster, plan
 from stratopt.problem import evaluate
 from stratopt.solvers import solve
 

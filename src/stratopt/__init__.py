@@ -23,7 +23,7 @@ from stratopt.instances import load_instance, load_problem
 from stratopt.interop import from_networkx, to_networkx
 from stratopt.machine import MACHINES, Machine
 from stratopt.placement import Placement, PlacementInstance, place, read_placement
-from stratopt.plan import PlanResult, plan
+from stratopt.planning import PlanResult, plan
 from stratopt.problem import (
     FORBIDDEN,
     Evaluation,

@@ -8,23 +8,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import signal
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from stratopt import __version__, report
-from stratopt.errors import CrossCheckError, ModelError, StratoptError
+from stratopt.errors import CrossCheckError, ModelError, NoSolutionError, StratoptError
+from stratopt.graph.io import save_graph
 from stratopt.graph.ir import Graph
-from stratopt.instances import catalogue, load_instance, load_placement, load_priced, load_problem
-from stratopt.placement.instance import PlacementInstance, read_placement_map
+from stratopt.harness import compare, solver_names
+from stratopt.harness.demo import demo
+from stratopt.importers import describe
+from stratopt.importers.common import UnmappedOperatorWarning
+from stratopt.instances import catalogue, forget_entry_points, load_instance, load_placement, load_priced
+from stratopt.placement import ALGORITHMS, place
+from stratopt.placement.instance import PlacementInstance
+from stratopt.planning import parse_stages, plan, plan_pipeline, whole_nodes
 from stratopt.problem import evaluate, parse_assignment
-from stratopt.solvers import registry, solve, solve_auto
+from stratopt.sim import mcmc
+from stratopt.sim.runs import simulate_job, simulate_network
+from stratopt.sim.search import BETA
+from stratopt.solvers import registry, solve_named
 from stratopt.solvers.base import Status
+from stratopt.solvers.contest import answer
 
 OK, NO_SOLUTION, BAD_INPUT = 0, 1, 2
 
@@ -68,17 +76,9 @@ _PRICING = {"procs": "procs", "profile": "profile", "machine": "machine", "memor
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """The problem and, for a network, its costing; says on stderr what was priced."""
     options = {key: getattr(args, name, None) for key, name in _PRICING.items()}
-    problem, costing = load_priced(args.instance, **options)
-    if costing is None:
-        if getattr(args, "explain", False):
-            raise ModelError(f"{args.instance}: --explain applies to operator graphs, not to a problem file")
-        if isinstance(load_instance(args.instance), PlacementInstance):
-            _stderr(
-                f"{problem.name}: a placement instance, solved in its additive view (choices = devices; cost = total "
-                "compute + transfer time, not the makespan: see 'stratopt place')"
-            )
-        return problem, None
-    _stderr(costing.summary())
+    problem, costing = load_priced(args.instance, say=_stderr, **options)
+    if costing is None and getattr(args, "explain", False):
+        raise ModelError(f"{args.instance}: --explain applies to operator graphs, not to a problem file")
     return problem, costing
 
 
@@ -89,18 +89,9 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     the best exact solver that applies and says which it used.
     """
     problem, costing = _load(args)
-    if args.solver != "auto" and args.solver not in registry.names():
-        raise ModelError(f"unknown solver {args.solver!r}; choose from: auto, {', '.join(registry.names())}")
-    if args.ray and args.solver != "lagrange":
-        raise ModelError(f"--ray applies to --solver lagrange, not {args.solver!r}")
-    if args.solver == "auto":
-        result = solve_auto(problem, time_limit=args.time_limit, seed=args.seed, progress=_stderr)
-        _stderr(f"solver: {result.solver} (picked by 'auto')")
-    else:
-        extra: dict[str, Any] = {"progress": _stderr} if args.solver in ("greedy", "lagrange") else {}
-        if args.ray:
-            extra["executor"] = "ray"
-        result = solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **extra)
+    result = solve_named(
+        problem, args.solver, time_limit=args.time_limit, seed=args.seed, ray=args.ray, progress=_stderr
+    )
     explain = costing.explain(result.assignment) if costing and args.explain and result.assignment else None
     if args.json:
         out = result.to_dict(args.instance)
@@ -119,23 +110,11 @@ def _solve_cmd(args: argparse.Namespace) -> int:
 def _compare_cmd(args: argparse.Namespace) -> int:
     """run several solvers and cross-check their answers
 
-    Run several solvers on one problem, recompute every answer's cost, and check that the exact solvers
-    agree, that no bound exceeds a feasible cost and that no answer beats a proven optimum. Exit code 1 on a
-    mismatch.
+    Run several solvers, recompute every answer's cost, and check that the exact solvers agree, that no bound
+    exceeds a feasible cost and that no answer beats a proven optimum. Exit code 1 on a mismatch.
     """
-    from stratopt.harness import compare, default_solvers
-
     problem, _ = _load(args)
-    names = (
-        default_solvers(problem) if args.solvers is None else [n.strip() for n in args.solvers.split(",") if n.strip()]
-    )
-    unknown = [n for n in names if n not in registry.names()]
-    if unknown or not names:
-        raise ModelError(
-            f"unknown solver {unknown[0] if unknown else args.solvers!r}; choose from: {', '.join(registry.names())}"
-        )
-    for name in names:
-        registry.get(name)  # raises SolverUnavailableError naming the extra
+    names = solver_names(args.solvers, problem)
     comparison = compare(problem, names, time_limit=args.time_limit, progress=_stderr, raise_on_mismatch=False)
     if args.json:
         print(json.dumps(comparison.to_dict(args.instance)))
@@ -150,16 +129,13 @@ def _demo_cmd(args: argparse.Namespace) -> int:
     Build a network from models/, solve it with the DP, CP-SAT and greedy, show that they agree, print the
     optimal strategy operator by operator, and plot the optimal cost against the device count.
     """
-    from stratopt.demo import demo
-
     return OK if demo(args.network, args.procs, None if args.no_plot else args.plot) else NO_SOLUTION
 
 
 def _models_cmd(args: argparse.Namespace) -> int:
     """list the networks and placement jobs in models/ and the built-in problems
 
-    List the networks (operator graphs in models/) with their vertex and edge counts, the placement jobs, and
-    the built-in problems.
+    List the networks (operator graphs in models/) with their sizes, the placement jobs, the built-in problems.
     """
     found = catalogue()
     print(json.dumps(found)) if args.json else report.print_models(found)
@@ -172,27 +148,16 @@ def _place_cmd(args: argparse.Namespace) -> int:
     Place every node of a job graph on one device: makespan (simulated), seed 004's JCT, and for cpsat the
     proven bound. Exit code 1 when no placement was found (infeasible memory, or the time ran out).
     """
-    from stratopt.placement import ALGORITHMS, place
-
     inst = load_placement(args.instance)
     if args.algo not in ALGORITHMS:
         raise ModelError(f"unknown placement algorithm {args.algo!r}; choose from: {', '.join(ALGORITHMS)}")
-    _stderr(
-        f"{inst.name}: {inst.num_nodes} nodes, {len(inst.edges)} edges, {inst.num_devices} devices; placing with {args.algo}"
-    )
+    _stderr(f"{inst.describe()}; placing with {args.algo}")
     result = place(inst, args.algo, time_limit=args.time_limit, seed=args.seed)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
         report.print_placement(result)
     return OK if result.placement is not None else NO_SOLUTION
-
-
-def _outputs(args: argparse.Namespace, rows: list[Any], title: str, units: str) -> None:
-    from stratopt.sim import write_timeline
-
-    for note in write_timeline(rows, trace_file=args.trace, gantt_file=args.gantt, title=title, units=units):
-        _stderr(note)
 
 
 def _costing(args: argparse.Namespace, command: str) -> Any:
@@ -205,42 +170,28 @@ def _costing(args: argparse.Namespace, command: str) -> Any:
 def _simulate_cmd(args: argparse.Namespace) -> int:
     """simulate a strategy's training step (or a placement): iteration time, utilisation, trace
 
-    Build the task graph of a network's strategy (compute per partition, transfers on links, collectives,
-    gradient sync) and simulate one training step as FlexFlow does: iteration time, device utilisation,
-    critical path; optionally a Chrome trace and a Gantt chart. The strategy is the exact optimum of the
-    additive model unless --strategy or --solver says otherwise. For a placement job, --placement gives the
-    node -> device map.
+    Simulate one training step of a network's strategy as FlexFlow does (by default the additive model's
+    optimum): iteration time, device utilisation, critical path, a Chrome trace and a Gantt chart. For a
+    placement job, --placement gives the node -> device map.
     """
     if isinstance(load_instance(args.instance), PlacementInstance):
         return _simulate_placement(args)
     if args.placement is not None:
         raise ModelError(f"{args.instance}: --placement applies to placement jobs; give --strategy or --solver")
-    from stratopt.sim import events, simulate_strategy, start_strategy
-
     if args.microbatches == "auto" and args.stages is None:
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     costing = _costing(args, "simulate")
     if args.stages is not None:
         return _simulate_pipeline(args, costing)
-    if args.strategy is not None and args.solver is not None:
-        raise ModelError("give --strategy or --solver, not both")
-    if args.strategy is not None:
-        assignment, source = start_strategy(costing, parse_assignment(args.strategy)), args.strategy
-    else:
-        result = solve(costing.problem, args.solver or "auto")
-        if result.assignment is None:
-            _stderr(f"{args.instance}: {args.solver or 'auto'} found no strategy ({result.status.value})")
-            return NO_SOLUTION
-        assignment, source = list(result.assignment), f"{result.solver} ({result.status.value})"
-    timeline, info = simulate_strategy(costing, assignment)
+    info = simulate_network(
+        costing, strategy=args.strategy, solver=args.solver, trace=args.trace, gantt=args.gantt, notes=_stderr
+    )
     procs, units = costing.policy.procs, costing.units
-    title = f"{costing.graph.name} p={procs} ({source})"
-    _outputs(args, events(timeline) if args.trace or args.gantt else [], title, units)
     if args.json:
         head = {"instance": args.instance, "procs": procs, "profile": costing.profile.name, "units": units}
-        print(json.dumps({**head, "strategy": {"source": source, "assignment": assignment}, **info}))
+        print(json.dumps({**head, **info}))
     else:
-        report.print_simulation(costing.graph.name, procs, source, info, units)
+        report.print_simulation(costing.graph.name, procs, info["strategy"]["source"], info, units)
     return OK
 
 
@@ -249,10 +200,7 @@ def _simulate_pipeline(args: argparse.Namespace, costing: Any) -> int:
     if args.strategy is not None or args.solver is not None:
         raise ModelError("--stages searches each stage's strategy itself; leave out --strategy and --solver")
     p, machine = costing.policy.procs, costing.profile.machine
-    gpus = min(p, machine.devices_per_node)
-    if p % gpus:
-        raise ModelError(f"--stages: {p} devices are not whole nodes of {gpus}")
-    info = _pipelined(args, costing.graph, p // gpus, gpus, machine, None)
+    info = plan_pipeline(costing.graph, *whole_nodes(p, machine), machine, **_staging(args))
     if args.json:
         print(json.dumps({"instance": args.instance, "procs": p, "units": costing.units, "pipeline": info}))
     else:
@@ -261,27 +209,18 @@ def _simulate_pipeline(args: argparse.Namespace, costing: Any) -> int:
 
 
 def _simulate_placement(args: argparse.Namespace) -> int:
-    from stratopt.placement import jct, simulate
-
     inst = load_placement(args.instance)
     if args.placement is None:
         raise ModelError(f"{args.instance}: a placement job needs --placement FILE (a node -> device map)")
     given = [f"--{o}" for o in ("strategy", "solver", "procs", "profile", "machine") if getattr(args, o) is not None]
     if given:
         raise ModelError(f"{args.instance}: {', '.join(given)} apply to networks, not to a placement job")
-    placement, order = read_placement_map(inst, args.placement)
-    schedule = simulate(inst, placement, order)
-    rows = schedule.events(inst)
-    _outputs(args, rows, inst.name, "time units")
-    tasks = [{"name": e.name, "device": e.resource, "start": e.start, "end": e.end} for e in rows]
-    makespan, cost = schedule.makespan, jct(inst, placement)
+    out = simulate_job(inst, args.placement, trace=args.trace, gantt=args.gantt, notes=_stderr)
     if args.json:
-        print(
-            json.dumps({"makespan": makespan, "jct": cost, "policy": "order" if order else "dispatch", "tasks": tasks})
-        )
+        print(json.dumps(out))
     else:
-        how = "the given device order" if order else "dispatch in order of readiness"
-        report.print_schedule(inst.name, makespan, cost, tasks, how, args.show)
+        how = "the given device order" if out["policy"] == "order" else "dispatch in order of readiness"
+        report.print_schedule(inst.name, out["makespan"], out["jct"], out["tasks"], how, args.show)
     return OK
 
 
@@ -289,15 +228,10 @@ def _search_cmd(args: argparse.Namespace) -> int:
     """search strategies with MCMC on the simulated iteration time (FlexFlow)
 
     Markov chain Monte Carlo over strategies: each proposal gives one operator another configuration, priced
-    by the delta simulation and accepted with probability min(1, exp(-beta * relative slowdown)). Reports the
-    start's and the best strategy's simulated time.
+    by the delta simulation and accepted with probability min(1, exp(-beta * relative slowdown)).
     """
-    from stratopt.sim import mcmc, start_strategy
-
     costing = _costing(args, "search")
-    how: Any = (
-        args.start if args.start in ("dp", "data-parallel") else start_strategy(costing, parse_assignment(args.start))
-    )
+    how: Any = args.start if args.start in ("dp", "data-parallel") else parse_assignment(args.start)
 
     def progress(i: int, current: float, best: float) -> None:
         if not args.json:
@@ -317,16 +251,11 @@ def _search_cmd(args: argparse.Namespace) -> int:
 def _import_cmd(args: argparse.Namespace) -> int:
     """import a model (ONNX file or PyTorch entry point) as an operator graph
 
-    Read an ONNX model (shapes from ONNX shape inference), or call a Python function that returns a PyTorch
-    model and its example inputs (module:function, e.g. stratopt.importers.hf:llama_70b, or file.py:function;
-    build large models on the meta device) and trace it; map its nodes to stratopt operators (products,
-    convolutions, attention, mixture-of-experts layers, norms, softmax, pooling, pointwise, layout), fold
-    view-only nodes and fuse pointwise ones, and optionally write the graph as stratopt-graph JSON. Unmapped
-    operators are priced as elementwise work, with a warning naming them. Any command taking a network also
-    takes an ONNX file or an entry point.
+    Read an ONNX model, or call a Python function (module:function or file.py:function, e.g.
+    stratopt.importers.hf:llama_70b) that returns a PyTorch model and its example inputs and trace it; map its
+    nodes to stratopt operators and optionally write the graph as stratopt-graph JSON. Unmapped operators are
+    priced as elementwise work, with a warning naming them.
     """
-    from stratopt.graph.io import save_graph
-    from stratopt.importers import describe
 
     loaded = load_instance(args.model)
     if not isinstance(loaded, Graph):
@@ -341,35 +270,26 @@ def _import_cmd(args: argparse.Namespace) -> int:
 def _plan_cmd(args: argparse.Namespace) -> int:
     """plan a model for a cluster, side by side with data parallel, FSDP and Megatron
 
-    Price MODEL on NODES x GPUS_PER_NODE devices of a machine (collectives inside a node on its fabric,
-    across nodes on the network), find the fastest strategy whose memory per device (weights, gradients,
-    Adam state, kept activations) fits (the exact DP; under the limit, a Lagrangian search whose every step
-    is an exact DP, with a lower bound), and measure the strategies people write by hand on the same model:
-    data parallel, FSDP (ZeRO-3), Megatron tensor parallel inside a node with data parallel across nodes,
-    and Megatron with FSDP. Prints the plan per layer in those words, then every strategy's step time (the
-    additive model and the simulator), memory per device and whether it fits. With --stages, also cuts the
-    model into pipeline stages with their own device groups and strategies (1F1B over --microbatches) and
-    simulates the pipelined iteration.
+    Price MODEL on NODES x GPUS_PER_NODE devices, find the fastest strategy whose memory per device fits
+    (the exact DP; under the limit, a Lagrangian search with a lower bound), and measure data parallel, FSDP,
+    Megatron TP and Megatron with FSDP on the same model: step time (additive model and simulator), memory
+    per device, whether it fits. With --stages, also cuts the model into pipeline stages with their own
+    device groups and strategies and simulates the pipelined iteration.
     """
-    from stratopt.plan import plan
-
-    if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
-        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")  # before the long part
+    parse_stages(args.stages)  # a bad --stages is refused before the long part
     if args.microbatches == "auto" and args.stages == "1":
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
-    result = plan(
-        args.model,
-        args.nodes,
-        args.gpus_per_node,
-        machine=args.machine,
-        memory_gb=args.memory,
-        time_limit=120.0 if args.time_limit is None else args.time_limit,
-        simulate=not args.no_simulate,
-        progress=None if args.json else _stderr,
-    )
+    limit = 120.0 if args.time_limit is None else args.time_limit
+    options = {"machine": args.machine, "memory_gb": args.memory, "time_limit": limit, "simulate": not args.no_simulate}
+    result = plan(args.model, args.nodes, args.gpus_per_node, progress=None if args.json else _stderr, **options)
     if args.export is not None:
-        _export_plan(result, args.export)
-    pipelined = _pipeline(args, result) if args.stages != "1" else None
+        result.export(args.export)
+    pipelined = None
+    if args.stages != "1":
+        graph, machine = result.costing.graph, result.cluster.machine
+        pipelined = plan_pipeline(
+            graph, args.nodes, args.gpus_per_node, machine, memory_gb=result.memory_gb, beside=result, **_staging(args)
+        )
     if args.json:
         out = result.to_dict()
         if pipelined is not None:
@@ -384,93 +304,10 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
 
 
-def _pipeline(args: argparse.Namespace, result: Any) -> dict[str, Any]:
-    """--stages: the stage search and its simulation, beside the plan run without a pipeline: with
-    --microbatches M, M times the plan's step less M - 1 gradient syncs (gradient accumulation); with
-    auto (the model's batch cut into micro-batches), the plan's step."""
-    graph, machine = result.costing.graph, result.cluster.machine
-    single = result.plan.estimate
-    if single is not None and args.microbatches != "auto" and result.plan.assignment is not None:
-        m = args.microbatches
-        sync = sum(
-            float(c.phases()[2][a]) for c, a in zip(result.costing.vertex_costs, result.plan.assignment, strict=True)
-        )
-        single = m * single - (m - 1) * sync
-    return {
-        **_pipelined(args, graph, args.nodes, args.gpus_per_node, machine, result.memory_gb),
-        "without_pipelining": single,
-    }
-
-
-def _pipelined(
-    args: argparse.Namespace, graph: Graph, nodes: int, gpus: int, machine: Any, memory_gb: float | None
-) -> dict[str, Any]:
-    """The stage search for --stages, its simulation under --schedule, and --trace / --gantt of it;
-    --microbatches auto also chooses how many micro-batches the model's batch is cut into."""
-    from stratopt import pipeline
-    from stratopt.sim.trace import events, write_timeline
-
-    if args.stages != "auto" and not (args.stages.isdigit() and int(args.stages) >= 1):
-        raise ModelError(f"--stages must be a positive number or auto, got {args.stages!r}")
-    options = {
-        "machine": machine,
-        "stages": None if args.stages == "auto" else int(args.stages),
-        "memory_gb": memory_gb,
-    }
-    progress = None if args.json else _stderr
-    tried: list[tuple[int, float]] = []
-    if args.microbatches == "auto":
-        found, graph, tried = pipeline.search_microbatches(graph, nodes, gpus, progress=progress, **options)
-    else:
-        found = pipeline.search(graph, nodes, gpus, microbatches=args.microbatches, progress=progress, **options)
-    timeline, info = pipeline.simulate(graph, found, machine, args.schedule)
-    for line in write_timeline(
-        events(timeline), trace_file=args.trace, gantt_file=args.gantt, title=f"{graph.name}: {args.schedule}"
-    ):
-        _stderr(line)
-    out = {
-        "microbatches": found.microbatches,
-        "schedule": args.schedule,
-        "estimate": found.estimate,
-        "simulated": info["iteration_time"],
-        "bubble": info["bubble"],
-        "transfers": list(found.transfers),
-        "stages": pipeline.describe(graph, found, machine),
-    }
-    if tried:
-        out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e} for m, e in tried]
-    return out
-
-
-def _export_plan(result: Any, path: str) -> None:
-    """The plan as JSON keyed by operator (module) name: each split as mesh dimensions."""
-    costing = result.costing
-    plan = result.plan
-    if plan.assignment is None:
-        raise ModelError("no plan to export: nothing fits in the memory limit")
-    ops = {}
-    for v, op in enumerate(costing.graph.operators):
-        config = costing.configs[v][plan.assignment[v]].tolist()
-        ops[op.name] = {
-            "op": op.op,
-            "mesh": [[axis, int(c)] for axis, c in zip(op.axes, config, strict=True) if c > 1],
-            "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
-        }
-    data = {
-        "format": "stratopt-plan",
-        "version": 1,
-        "model": result.model,
-        "cluster": result.to_dict()["cluster"],
-        "estimate_us": plan.estimate,
-        "simulated_us": plan.simulated,
-        "memory_bytes": plan.memory,
-        "operators": ops,
-    }
-    try:
-        with open(path, "w") as fh:
-            json.dump(data, fh, indent=1)
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot write the plan ({exc.strerror})") from None
+def _staging(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline options of plan and simulate, as :func:`stratopt.planning.plan_pipeline` takes them."""
+    keys = ("stages", "microbatches", "schedule", "trace", "gantt")
+    return {**{k: getattr(args, k) for k in keys}, "progress": None if args.json else _stderr, "notes": _stderr}
 
 
 def _evaluate_cmd(args: argparse.Namespace) -> int:
@@ -490,51 +327,10 @@ def _evaluate_cmd(args: argparse.Namespace) -> int:
 def _iopddl_cmd(args: argparse.Namespace) -> int:
     """the contest interface: last stdout line is the answer
 
-    The IOPDDL contest interface: progress on stderr, the answer "[i, j, ...]" as the last stdout line; "[]"
-    (exit 1) only when no feasible assignment was found in time.
+    Progress on stderr, the answer "[i, j, ...]" as the last stdout line; "[]" (exit 1) only when no feasible
+    assignment was found in time.
     """
-    start = time.perf_counter()
-    problem = load_problem(args.file)
-    loaded = time.perf_counter() - start
-    # Leave room to print the answer: 5% of the budget and at least half a second.
-    budget = args.timeout - loaded - max(0.5, 0.05 * args.timeout)
-    _stderr(f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; {budget:.1f} s left")
-    best: list[tuple[int, ...]] = []  # feasible assignments as greedy finds them
-
-    def line() -> str:
-        return "[" + ", ".join(map(str, best[-1])) + "]" if best else "[]"
-
-    def leave(signum: int, frame: Any) -> None:  # the harness ends the run: answer with what there is
-        sys.stdout.write(line() + "\n")
-        sys.stdout.flush()
-        os._exit(OK if best else NO_SOLUTION)
-
-    def keep(assignment: tuple[int, ...]) -> None:
-        best.append(assignment)
-        cost = evaluate(problem, assignment).objective
-        _stderr(f"incumbent at {time.perf_counter() - start:.1f} s: cost {cost}")
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, leave)
-    result = solve_auto(problem, time_limit=budget, progress=_stderr, incumbent=keep) if budget > 0 else None
-    if result is not None:
-        took = time.perf_counter() - start
-        beside = result.stats.get("beside")
-        joined = ""
-        if beside and "error" in beside:
-            joined = f"; beside it {beside['solver']}: nothing ({beside['error']})"
-        elif beside:
-            joined = (
-                f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}"
-                f"{', its answer taken' if result.stats.get('answer_from') else ''}"
-            )
-        _stderr(
-            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s{joined}"
-        )
-        if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
-            best.append(result.assignment)
-    print(line(), flush=True)
-    return _LeaveAtOnce(OK if best else NO_SOLUTION)
+    return _LeaveAtOnce(OK if answer(args.file, args.timeout, _stderr) else NO_SOLUTION)
 
 
 class _LeaveAtOnce(int):
@@ -562,6 +358,13 @@ def _options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the 
             p.add_argument("--seed", type=int, help="seed for randomised solvers and searches (same seed, same answer)")
         elif name == "json":
             p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+        elif name == "outputs":
+            p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
+            p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
+        elif name == "pipeline":
+            g = p.add_argument_group("pipelines (with --stages)")
+            g.add_argument("--microbatches", type=_count_or_auto, default=1, metavar="M|auto", help=_MICRO)
+            g.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="the schedule (1f1b)")
         elif name in ("pricing", "memory"):
             g = p.add_argument_group(
                 "operator graphs (networks, graph and ONNX files; defaults: stratopt.cost.build's)"
@@ -573,10 +376,11 @@ def _options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the 
                 g.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device")
 
 
+_MICRO = "M micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stratopt`` (its sub-commands carry their own help)."""
-    from stratopt.placement import ALGORITHMS
-    from stratopt.sim.search import BETA
 
     parser = _Parser(
         prog="stratopt",
@@ -593,11 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("instance", metavar="INSTANCE", help=instance)
     p.add_argument("--solver", "-s", default="auto", metavar="S", help=f"auto or {', '.join(registry.names())}")
     p.add_argument("--explain", action="store_true", help="per operator: configuration, compute, comm., memory")
-    p.add_argument(
-        "--ray",
-        action="store_true",
-        help="lagrange only: run its weight vectors as Ray tasks on the cluster ray.init() connects to",
-    )
+    p.add_argument("--ray", action="store_true", help="lagrange only: weight vectors as Ray tasks (ray.init())")
     _options(p, "time", "seed", "json", "memory")
     p = _add(sub, _evaluate_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=instance)
@@ -605,9 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _options(p, "json", "memory")
     p = _add(sub, _compare_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=instance)
-    p.add_argument(
-        "--solvers", metavar="A,B,..", help="solvers (default: installed exact ones, greedy; brute if small)"
-    )
+    p.add_argument("--solvers", metavar="A,B,..", help="default: installed exact ones, greedy; brute if small")
     _options(p, "time", "json", "memory", limit="seconds each solver may use")
     p = _add(sub, _demo_cmd)
     p.add_argument("--network", default="vgg19", help="a network from 'stratopt models' (default vgg19)")
@@ -623,22 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("instance", metavar="INSTANCE", help=network + "; or a placement job / file")
     p.add_argument("--strategy", metavar="FILE", help="a 'solve/search --json' output, a JSON list or '0,1,2'")
     p.add_argument("--solver", "-s", metavar="S", help="the additive model's solver for the strategy (auto)")
-    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
-    p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
     p.add_argument("--placement", metavar="FILE", help="placement jobs: node -> device JSON or 'place --json'")
     p.add_argument("--show", type=_count, default=20, metavar="N", help="placement jobs: tasks to print (default 20)")
     p.add_argument(
-        "--stages", metavar="auto|N", help="pipeline the step: N stages or auto, searched (nodes of the machine's size)"
+        "--stages", metavar="auto|N", help="pipeline the step: N stages or auto (nodes of the machine's size)"
     )
-    p.add_argument(
-        "--microbatches",
-        type=_count_or_auto,
-        default=1,
-        metavar="M|auto",
-        help="with --stages: micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number",
-    )
-    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="with --stages: the schedule (1f1b)")
-    _options(p, "json", "pricing")
+    _options(p, "outputs", "json", "pricing", "pipeline")
     p = _add(sub, _search_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=network)
     p.add_argument("--mcmc", action="store_true", help="the search method (MCMC, the only one; may be left out)")
@@ -651,32 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=_count, required=True, metavar="N", help="nodes in the cluster")
     p.add_argument("--gpus-per-node", type=_count, required=True, metavar="G", help="devices per node")
     p.add_argument("--machine", default="h100", metavar="NAME", help="the device: h100 (default), a100")
-    p.add_argument(
-        "--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (default: the device's)"
-    )
+    p.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (the device's)")
     p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
-    p.add_argument(
-        "--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: no pipeline), N, or auto"
-    )
-    p.add_argument(
-        "--microbatches",
-        type=_count_or_auto,
-        default=1,
-        metavar="M|auto",
-        help="with --stages: M micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number",
-    )
-    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (1f1b)")
-    p.add_argument("--trace", metavar="FILE.json", help="with --stages: a Chrome trace of the pipelined iteration")
-    p.add_argument("--gantt", metavar="FILE.png", help="with --stages: a Gantt chart of the pipelined iteration")
-    _options(p, "time", "json", limit="seconds for the memory search (default 120)")
+    p.add_argument("--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: none), N, or auto")
+    _options(p, "outputs", "time", "json", "pipeline", limit="seconds for the memory search (default 120)")
     p = _add(sub, _import_cmd)
-    p.add_argument(
-        "model",
-        metavar="MODEL",
-        help="an ONNX model file (.onnx), a Python entry point (module:function or file.py:function returning "
-        "a PyTorch model and its example inputs), or any operator graph",
-    )
+    p.add_argument("model", metavar="MODEL", help="an ONNX file, an entry point (module:function), or a graph")
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the operator graph here")
     p = _add(sub, _iopddl_cmd)
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
@@ -696,23 +465,22 @@ def entry() -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    from stratopt import instances
-
-    instances._ENTRY_GRAPHS.clear()  # one command, one import of an entry point
+    forget_entry_points()  # one command, one import of an entry point
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         if args.command is None:
             parser.print_help()
             return OK
-        from stratopt.importers.common import UnmappedOperatorWarning
-
         with warnings.catch_warnings():
             warnings.simplefilter("always", UnmappedOperatorWarning)
             warnings.showwarning = _show_warning
             return args.func(args)  # type: ignore[no-any-return]
     except CrossCheckError as exc:  # a mismatch between solvers, not bad input
         _stderr(f"stratopt: mismatch: {_one_line(str(exc))}")
+        return NO_SOLUTION
+    except NoSolutionError as exc:  # nothing found: a status, not bad input
+        _stderr(f"{args.instance}: {_one_line(str(exc))}")
         return NO_SOLUTION
     except StratoptError as exc:
         _stderr(f"stratopt: error: {_one_line(str(exc))}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stratopt.errors import CrossCheckError
+from stratopt.errors import CrossCheckError, ModelError
 from stratopt.problem import Number, StrategyProblem, evaluate
 from stratopt.solvers import solve
 from stratopt.solvers.base import Result, Solver, Status
@@ -69,6 +69,28 @@ def default_solvers(problem: StrategyProblem) -> list[str]:
     names = [n for n in _DEFAULTS if available(n)]
     if problem.search_space_size <= SMALL_SPACE:
         names.insert(0, "brute")
+    return names
+
+
+def solver_names(text: str | None, problem: StrategyProblem) -> list[str]:
+    """The solvers a comma-separated list names (None: :func:`default_solvers`), each registered
+    and installed; otherwise a :class:`ModelError` (unknown) or :class:`SolverUnavailableError`
+    naming the extra to install.
+
+    >>> from stratopt import load_problem
+    >>> solver_names("dp, greedy", load_problem("example"))
+    ['dp', 'greedy']
+    """
+    from stratopt.solvers import registry
+
+    names = default_solvers(problem) if text is None else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in registry.names()]
+    if unknown or not names:
+        raise ModelError(
+            f"unknown solver {unknown[0] if unknown else text!r}; choose from: {', '.join(registry.names())}"
+        )
+    for name in names:
+        registry.get(name)  # raises SolverUnavailableError naming the extra
     return names
 
 

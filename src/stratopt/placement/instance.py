@@ -183,6 +183,10 @@ class PlacementInstance:
     def num_devices(self) -> int:
         return len(self.devices)
 
+    def describe(self) -> str:
+        """``name: N nodes, E edges, D devices``: the instance in one line."""
+        return f"{self.name}: {self.num_nodes} nodes, {len(self.edges)} edges, {self.num_devices} devices"
+
     @property
     def device_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.devices)

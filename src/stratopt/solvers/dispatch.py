@@ -17,7 +17,7 @@ from stratopt.solvers.base import Limit, Result, Solver, Status
 from stratopt.solvers.brute import SMALL_SPACE
 from stratopt.solvers.driver import check
 
-__all__ = ["mip_fits", "solve", "solve_auto"]
+__all__ = ["mip_fits", "solve", "solve_auto", "solve_named"]
 
 
 #: ``"auto"`` gives the exact formulations problems up to these sizes (vertices, edge-matrix
@@ -269,3 +269,31 @@ def solve(
     result = impl.solve(problem, time_limit=time_limit, seed=seed, **options)
     wall = time.perf_counter() - start
     return check(problem, impl, result, wall)
+
+
+def solve_named(
+    problem: StrategyProblem,
+    name: str,
+    *,
+    time_limit: float | None = None,
+    seed: int | None = None,
+    ray: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
+    """What ``stratopt solve --solver NAME`` runs: ``auto`` (:func:`solve_auto`, which says on
+    ``progress`` which solver it picked) or a registered solver by name, with ``progress`` for the
+    solvers that report it and ``ray`` for lagrange's Ray executor. An unknown name, or ``ray``
+    for another solver, is a :class:`ModelError`."""
+    if name != "auto" and name not in registry.names():
+        raise ModelError(f"unknown solver {name!r}; choose from: auto, {', '.join(registry.names())}")
+    if ray and name != "lagrange":
+        raise ModelError(f"--ray applies to --solver lagrange, not {name!r}")
+    if name == "auto":
+        result = solve_auto(problem, time_limit=time_limit, seed=seed, progress=progress)
+        if progress is not None:
+            progress(f"solver: {result.solver} (picked by 'auto')")
+        return result
+    extra: dict[str, Any] = {"progress": progress} if name in ("greedy", "lagrange") and progress else {}
+    if ray:
+        extra["executor"] = "ray"
+    return solve(problem, name, time_limit=time_limit, seed=seed, **extra)

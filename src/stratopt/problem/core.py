@@ -14,38 +14,19 @@ contest's evaluator does but reports the assignment infeasible.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import os
-import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from stratopt.errors import ModelError
 
-__all__ = [
-    "FORBIDDEN",
-    "Evaluation",
-    "StrategyProblem",
-    "evaluate",
-    "from_iopddl_dict",
-    "parse_assignment",
-    "read_iopddl",
-    "read_json",
-    "to_iopddl_dict",
-    "write_iopddl",
-]
-
 #: Costs at or above this value are forbidden (the IOPDDL files write 10**18).
 FORBIDDEN = 10**17
 
-_INT64_SAFE = 2**62
+INT64_SAFE = 2**62
 
 Number = int | float
 
@@ -140,26 +121,26 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _exact_sum(values: np.ndarray) -> Number:
+def exact_sum(values: np.ndarray) -> Number:
     """Sum exactly: a Python int for integer arrays (no int64 overflow), else a float."""
     if values.dtype.kind == "f":
         return float(values.sum())
     if values.size == 0:
         return 0
     peak = int(np.abs(values).max())
-    if peak * values.size < _INT64_SAFE:
+    if peak * values.size < INT64_SAFE:
         return int(values.sum())
     return sum(values.tolist())
 
 
-def _forbidden_mask(values: np.ndarray) -> np.ndarray:
+def forbidden_mask(values: np.ndarray) -> np.ndarray:
     return values >= FORBIDDEN
 
 
 def float_costs(values: np.ndarray, forbidden: float = math.inf) -> np.ndarray:
     """A float64 copy of cost values with every forbidden entry (>= FORBIDDEN) set to ``forbidden``."""
     out = values.astype(np.float64)
-    out[_forbidden_mask(values)] = forbidden
+    out[forbidden_mask(values)] = forbidden
     return out
 
 
@@ -191,6 +172,7 @@ class StrategyProblem:
 
     Examples
     --------
+    >>> from stratopt import evaluate
     >>> p = StrategyProblem([[1, 2], [3, 0]], [(0, 1)], [[[0, 5], [5, 0]]])
     >>> p.num_vertices, p.num_edges, p.num_choices.tolist()
     (2, 1, [2, 2])
@@ -556,326 +538,3 @@ class StrategyProblem:
             f"StrategyProblem({self.name!r}, vertices={self.num_vertices}, edges={self.num_edges}, "
             f"max_choices={int(self._k.max())}{limit})"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What an assignment costs and whether it is allowed.
-
-    ``objective`` is the contest's sum of chosen node and edge costs (exact for integer problems,
-    forbidden entries included as the numbers they are). ``feasible`` is False when a forbidden
-    entry is chosen or the usage limit is exceeded at some time; ``violation`` then describes the
-    first one (forbidden entries in file order first, then the earliest usage overflow).
-    ``peak_usage`` is the highest live usage, or None without usages.
-    """
-
-    objective: Number
-    feasible: bool
-    violation: str | None
-    peak_usage: Number | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``evaluate --json`` fields."""
-        return {k: getattr(self, k) for k in ("objective", "feasible", "violation", "peak_usage")}
-
-
-def check_assignment(problem: StrategyProblem, assignment: Iterable[int]) -> np.ndarray:
-    """Validate an assignment (one choice index per vertex) and return it as an int64 array.
-
-    Raises
-    ------
-    ModelError
-        On a wrong length, a non-integer entry or a choice index out of range.
-    """
-    raw = assignment if isinstance(assignment, np.ndarray) else np.asarray(list(assignment), dtype=object)
-    n = problem.num_vertices
-    if raw.ndim != 1:
-        raise ModelError(f"assignment must be a flat list of choice indices, got shape {raw.shape}")
-    if len(raw) != n:
-        raise ModelError(f"assignment has {len(raw)} entries, expected {n} (one per vertex)")
-    if raw.dtype.kind in "iu":
-        a = raw.astype(np.int64)
-    else:
-        a = np.empty(n, dtype=np.int64)
-        for v, x in enumerate(raw.tolist()):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or x != int(x):
-                raise ModelError(f"assignment[{v}] = {x!r} is not a choice index")
-            a[v] = int(x)
-    bad = np.flatnonzero((a < 0) | (a >= problem.num_choices))
-    if bad.size:
-        v = int(bad[0])
-        raise ModelError(
-            f"assignment[{v}] = {a[v]} is out of range: vertex {problem.vertex_label(v)} "
-            f"has {problem.num_choices[v]} choices (0..{problem.num_choices[v] - 1})"
-        )
-    return a
-
-
-def usage_profile(problem: StrategyProblem, assignment: np.ndarray) -> np.ndarray:
-    """Live usage in each slot of ``problem.time_slots`` (int64, or float for float usages)."""
-    if problem.usage_flat is None:
-        raise ModelError("the problem has no usages")
-    _, start, end = problem.time_slots
-    used = problem.usage_flat[problem.node_offsets[:-1] + assignment]
-    diff = np.zeros(len(problem.time_slots[0]) + 1, dtype=used.dtype if used.dtype.kind == "f" else np.int64)
-    if used.dtype.kind != "f" and used.size and int(used.max()) * used.size >= _INT64_SAFE:
-        diff = diff.astype(object)
-    np.add.at(diff, start, used)
-    np.add.at(diff, end, -used)
-    return np.cumsum(diff[:-1])
-
-
-def evaluate(problem: StrategyProblem, assignment: Iterable[int]) -> Evaluation:
-    """Cost and feasibility of an assignment, following the IOPDDL contest's evaluation.
-
-    Parameters
-    ----------
-    problem
-        The problem.
-    assignment
-        One choice index per vertex, in vertex order.
-
-    Returns
-    -------
-    Evaluation
-
-    Raises
-    ------
-    ModelError
-        If the assignment has the wrong length or an index out of range.
-
-    References
-    ----------
-    ASPLOS 2025 / EuroSys 2025 Contest on Intra-Operator Parallelism for Distributed Deep
-    Learning: evaluation sums node and edge costs and checks usage at every t in [start, end).
-
-    Examples
-    --------
-    >>> p = StrategyProblem([[5, 1], [2, 2]], [(0, 1)], [[0, 3, 3, 0]],
-    ...                     intervals=[[0, 2], [1, 3]], usages=[[1, 4], [1, 1]], usage_limit=4)
-    >>> r = evaluate(p, [1, 0])
-    >>> r.objective, r.feasible
-    (6, False)
-    >>> r.violation
-    'usage 5 exceeds the limit 4 at time 1 (2 vertices live)'
-    >>> evaluate(p, [0, 0]).feasible
-    True
-    """
-    a = check_assignment(problem, assignment)
-    node_picks = problem.node_flat[problem.node_offsets[:-1] + a]
-    edges = problem.edges
-    k = problem.num_choices
-    edge_picks = problem.edge_flat[problem.edge_offsets[:-1] + a[edges[:, 0]] * k[edges[:, 1]] + a[edges[:, 1]]]
-    objective = _exact_sum(node_picks) + _exact_sum(edge_picks)
-
-    violation = None
-    bad = np.flatnonzero(_forbidden_mask(node_picks))
-    if bad.size:
-        v = int(bad[0])
-        violation = f"vertex {problem.vertex_label(v)} choice {a[v]} is forbidden (cost {node_picks[v]})"
-    else:
-        bad = np.flatnonzero(_forbidden_mask(edge_picks))
-        if bad.size:
-            e = int(bad[0])
-            u, v = edges[e]
-            violation = f"{problem.edge_label(e)} pair ({a[u]}, {a[v]}) is forbidden (cost {edge_picks[e]})"
-
-    peak = None
-    if problem.has_usage:
-        profile = usage_profile(problem, a)
-        peak = _plain(profile.max()) if profile.size else 0
-        limit = problem.usage_limit
-        if violation is None and limit is not None and peak > limit:
-            slot = int(np.flatnonzero(profile > limit)[0])
-            times, start, end = problem.time_slots
-            live = int(np.count_nonzero((start <= slot) & (end > slot)))
-            violation = (
-                f"usage {_plain(profile[slot])} exceeds the limit {limit} at time {int(times[slot])} "
-                f"({live} vertices live)"
-            )
-    return Evaluation(objective=objective, feasible=violation is None, violation=violation, peak_usage=peak)
-
-
-def _plain(x: Any) -> Number:
-    """A numpy scalar as a plain Python number."""
-    return x.item() if hasattr(x, "item") else x
-
-
-# ---------------------------------------------------------------------------------------------
-# IOPDDL files
-
-
-def from_iopddl_dict(data: Any, *, source: str = "problem") -> StrategyProblem:
-    """Build a problem from parsed IOPDDL JSON (``{"problem": {...}}``).
-
-    Optional fields ``problem.nodes.names`` and ``problem.nodes.labels`` (ours; other readers
-    ignore them) carry vertex names and choice labels.
-    """
-
-    def need(obj: Any, key: str, path: str, kind: type = dict) -> Any:
-        if not isinstance(obj, dict) or key not in obj:
-            raise ModelError(f"{source}: {path}.{key} is missing")
-        value = obj[key]
-        if not isinstance(value, kind):
-            raise ModelError(f"{source}: {path}.{key} must be a {'JSON object' if kind is dict else 'list'}")
-        return value
-
-    if not isinstance(data, dict):
-        raise ModelError(f"{source}: expected a JSON object with a 'problem' field")
-    prob = need(data, "problem", "")
-    nodes = need(prob, "nodes", "problem")
-    costs = need(nodes, "costs", "problem.nodes", list)
-    intervals = need(nodes, "intervals", "problem.nodes", list)
-    usages = need(nodes, "usages", "problem.nodes", list)
-    if "edges" in prob:
-        edges_obj = need(prob, "edges", "problem")
-        pairs = need(edges_obj, "nodes", "problem.edges", list)
-        edge_costs = need(edges_obj, "costs", "problem.edges", list)
-    else:
-        pairs, edge_costs = [], []
-    for e, pair in enumerate(pairs):
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ModelError(f"{source}: problem.edges.nodes[{e}] must be a pair [u, v], got {pair!r}")
-    for e, row in enumerate(edge_costs):
-        if not isinstance(row, list):
-            raise ModelError(f"{source}: problem.edges.costs[{e}] must be a list of numbers")
-    for v, row in enumerate(costs):
-        if not isinstance(row, list):
-            raise ModelError(f"{source}: problem.nodes.costs[{v}] must be a list of numbers")
-    try:
-        return StrategyProblem(
-            costs,
-            pairs,
-            edge_costs,
-            intervals=intervals,
-            usages=usages,
-            usage_limit=prob.get("usage_limit"),
-            names=nodes.get("names"),
-            labels=nodes.get("labels"),
-            name=str(prob.get("name", source)),
-        )
-    except ModelError as exc:
-        raise ModelError(f"{source}: {exc}") from None
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file, gzipped or not, with a one-line :class:`ModelError` for a missing or malformed one."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, not a problem file") from None
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read ({exc.strerror})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ModelError(f"{path}: broken gzip data ({exc})") from None
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise ModelError(f"{path}: not a JSON text file") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-
-
-def read_iopddl(path: str | os.PathLike[str]) -> StrategyProblem:
-    """Read an IOPDDL problem file (plain or gzip-compressed JSON, detected by content).
-
-    Raises
-    ------
-    ModelError
-        If the file is missing, is not JSON, or does not describe a valid problem; the message
-        starts with the path.
-    """
-    path = Path(path)
-    return from_iopddl_dict(read_json(path), source=str(path))
-
-
-def to_iopddl_dict(problem: StrategyProblem) -> dict[str, Any]:
-    """The IOPDDL JSON object of a problem.
-
-    A problem without usages is written with empty intervals ``[0, 0]`` and zero usages, so that
-    the contest's own tools (which require those fields) can read it; that adds no constraint.
-    """
-    n = problem.num_vertices
-    nodes: dict[str, Any] = {}
-    if problem.intervals is not None:
-        nodes["intervals"] = problem.intervals.tolist()
-        nodes["usages"] = [problem.usage(v).tolist() for v in range(n)]
-    else:
-        nodes["intervals"] = [[0, 0]] * n
-        nodes["usages"] = [[0] * int(k) for k in problem.num_choices]
-    nodes["costs"] = [problem.node_cost(v).tolist() for v in range(n)]
-    if problem.names is not None:
-        nodes["names"] = list(problem.names)
-    if problem.labels is not None:
-        nodes["labels"] = [list(lab) for lab in problem.labels]
-    out: dict[str, Any] = {
-        "name": problem.name,
-        "nodes": nodes,
-        "edges": {
-            "nodes": problem.edges.tolist(),
-            "costs": [
-                problem.edge_flat[problem.edge_offsets[e] : problem.edge_offsets[e + 1]].tolist()
-                for e in range(problem.num_edges)
-            ],
-        },
-    }
-    if problem.usage_limit is not None:
-        out["usage_limit"] = problem.usage_limit
-    return {"problem": out}
-
-
-def write_iopddl(problem: StrategyProblem, path: str | os.PathLike[str]) -> None:
-    """Write a problem as IOPDDL JSON; a path ending in ``.gz`` is gzip-compressed."""
-    path = Path(path)
-    text = json.dumps(to_iopddl_dict(problem), separators=(",", ":")).encode()
-    if path.suffix == ".gz":
-        text = gzip.compress(text, mtime=0)
-    path.write_bytes(text)
-
-
-def parse_assignment(text: str) -> list[int]:
-    """An assignment as users write it: a JSON list, a comma-separated list, or a file holding either
-    (or a ``solve --json`` object); a one-line :class:`ModelError` for anything else.
-
-    Examples
-    --------
-    >>> parse_assignment("0,0,2, 1,0"), parse_assignment('{"assignment": [1, 2]}')
-    ([0, 0, 2, 1, 0], [1, 2])
-    """
-    source = text
-    path = Path(text)
-    if not text.lstrip().startswith("[") and "," not in text and path.exists():
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelError(f"assignment file {source}: cannot read ({exc})") from None
-    stripped = text.strip()
-    if not stripped:
-        raise ModelError(f"assignment {source!r} is empty")
-    if stripped[0] in "[{":
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise ModelError(
-                f"assignment {source}: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-            ) from None
-        if isinstance(data, dict):
-            data = data.get("assignment")
-        if not isinstance(data, list):
-            raise ModelError(f"assignment {source}: expected a list of choice indices")
-        return data
-    try:
-        return [int(x) for x in stripped.replace(" ", "").strip(",").split(",")]
-    except ValueError:
-        if not path.exists() and "," not in stripped and "[" not in stripped:
-            raise ModelError(f"assignment {source!r}: no such file, and not a list of choice indices") from None
-        raise ModelError(f"assignment {source!r}: expected comma-separated integers") from None

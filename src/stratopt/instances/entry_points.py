@@ -1,0 +1,84 @@
+"""Python entry points: ``module:function`` or ``file.py:function`` returning an operator graph or a
+PyTorch model and its example inputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
+
+if TYPE_CHECKING:
+    pass
+
+_ENTRY_POINT = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]+\.py):(?P<function>[A-Za-z_]\w*)$")
+
+
+def is_entry_point(text: str) -> bool:
+    """Whether ``text`` names a Python entry point: ``package.module:function`` or ``file.py:function``.
+
+    >>> is_entry_point("stratopt.importers.hf:llama"), is_entry_point("models/gpt.json")
+    (True, False)
+    """
+    return _ENTRY_POINT.match(text) is not None
+
+
+def load_entry_point(text: str) -> Graph:
+    """The operator graph of a Python entry point (see :func:`is_entry_point`).
+
+    The function is called with no arguments and returns either an operator :class:`Graph` or a
+    pair ``(model, example_inputs)``, a PyTorch ``nn.Module`` and the tuple of tensors to run it on
+    (on the ``meta`` device for a model larger than memory), which :func:`stratopt.importers.from_torch`
+    imports. Every failure is a :class:`ModelError` naming the entry point.
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    match = _ENTRY_POINT.match(text)
+    if match is None:
+        raise ModelError(f"{text}: not an entry point (expected module:function or file.py:function)")
+    where, function = match["module"], match["function"]
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise ModelError(f"{text}: no such file {where}")
+            spec = importlib.util.spec_from_file_location(f"_stratopt_entry_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ModelError(f"{text}: cannot load {where} as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ModelError:
+        raise
+    except Exception as exc:  # the user's module: any error on import is theirs to see, in one line
+        raise ModelError(f"{text}: cannot import {where} ({type(exc).__name__}: {_first_line(exc)})") from None
+    target = getattr(module, function, None)
+    if target is None:
+        raise ModelError(f"{text}: {where} has no attribute {function!r}")
+    try:
+        made = target() if callable(target) else target
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{text}: calling {function}() failed ({type(exc).__name__}: {_first_line(exc)})") from None
+    if isinstance(made, Graph):
+        return made
+    if isinstance(made, tuple) and len(made) == 2:
+        from stratopt.importers import from_torch
+
+        model, inputs = made
+        return from_torch(model, inputs, name=function)
+    raise ModelError(
+        f"{text}: {f'{function}() returned' if callable(target) else f'{function} is a'} {type(made).__name__}; "
+        "expected an operator Graph or (model, example_inputs), or a function returning one"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]

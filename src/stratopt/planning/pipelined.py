@@ -1,0 +1,111 @@
+"""A pipelined iteration end to end: the stage search (micro-batch count chosen too, if asked), its
+simulation under a schedule, its trace and Gantt chart, as ``stratopt plan/simulate --stages`` print
+it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
+from stratopt.planning.microbatch import search_microbatches
+from stratopt.planning.pipeline import search
+from stratopt.planning.simulation import describe, simulate
+
+__all__ = ["parse_stages", "plan_pipeline", "whole_nodes"]
+
+
+def parse_stages(stages: str | int | None) -> int | None:
+    """``auto`` (or None) -> None (the search chooses), a positive integer (or its text) -> itself.
+
+    >>> parse_stages("auto"), parse_stages("3")
+    (None, 3)
+    """
+    if stages is None or stages == "auto":
+        return None
+    text = str(stages)
+    if isinstance(stages, bool) or not text.isdigit() or int(text) < 1:
+        raise ModelError(f"--stages must be a positive number or auto, got {stages!r}")
+    return int(text)
+
+
+def whole_nodes(devices: int, machine: Any) -> tuple[int, int]:
+    """``devices`` as (nodes, devices per node) in nodes of ``machine``'s size (all of them in one
+    node when fewer); a :class:`ModelError` when they are not whole nodes.
+
+    >>> from stratopt.machine import get_machine
+    >>> whole_nodes(16, get_machine("h100")), whole_nodes(4, get_machine("h100"))
+    ((2, 8), (1, 4))
+    """
+    gpus = min(devices, machine.devices_per_node)
+    if devices % gpus:
+        raise ModelError(f"--stages: {devices} devices are not whole nodes of {gpus}")
+    return devices // gpus, gpus
+
+
+def plan_pipeline(
+    graph: Graph,
+    nodes: int,
+    gpus_per_node: int,
+    machine: Any,
+    *,
+    stages: str | int | None = "auto",
+    microbatches: int | str = 1,
+    schedule: str = "1f1b",
+    memory_gb: float | None = None,
+    trace: str | None = None,
+    gantt: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    notes: Callable[[str], None] | None = None,
+    beside: Any = None,
+) -> dict[str, Any]:
+    """The stage search for ``graph`` (:func:`~stratopt.planning.pipeline.search`, or with
+    ``microbatches="auto"`` :func:`~stratopt.planning.microbatch.search_microbatches`), the
+    iteration simulated under ``schedule``, and ``trace`` / ``gantt`` written; returns the summary
+    ``stratopt plan --json`` prints under ``"pipeline"``. ``beside`` (a
+    :class:`~stratopt.planning.PlanResult`) adds ``"without_pipelining"``: its plan run as
+    ``microbatches`` micro-batches, each step less M - 1 gradient syncs (gradient accumulation),
+    or its one step when the model's batch is cut (``auto``). ``progress`` receives the search's
+    lines, ``notes`` (default: ``progress``) a line per file written.
+    """
+    from stratopt.sim.trace import events, write_timeline
+
+    count = parse_stages(stages)
+    say = notes or progress or (lambda _msg: None)
+    options = {"machine": machine, "stages": count, "memory_gb": memory_gb}
+    tried: list[tuple[int, float]] = []
+    if microbatches == "auto":
+        found, graph, tried = search_microbatches(graph, nodes, gpus_per_node, progress=progress, **options)
+    elif isinstance(microbatches, int):
+        found = search(graph, nodes, gpus_per_node, microbatches=microbatches, progress=progress, **options)
+    else:
+        raise ModelError(f"micro-batches must be a positive integer or 'auto', got {microbatches!r}")
+    timeline, info = simulate(graph, found, machine, schedule)
+    for line in write_timeline(events(timeline), trace_file=trace, gantt_file=gantt, title=f"{graph.name}: {schedule}"):
+        say(line)
+    out: dict[str, Any] = {
+        "microbatches": found.microbatches,
+        "schedule": schedule,
+        "estimate": found.estimate,
+        "simulated": info["iteration_time"],
+        "bubble": info["bubble"],
+        "transfers": list(found.transfers),
+        "stages": describe(graph, found, machine),
+    }
+    if tried:
+        out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e} for m, e in tried]
+    if beside is not None:
+        out["without_pipelining"] = _without_pipelining(beside, microbatches)
+    return out
+
+
+def _without_pipelining(result: Any, microbatches: int | str) -> float | None:
+    single = result.plan.estimate
+    if single is not None and microbatches != "auto" and result.plan.assignment is not None:
+        m = int(microbatches)
+        phases = zip(result.costing.vertex_costs, result.plan.assignment, strict=True)
+        sync = sum(float(c.phases()[2][a]) for c, a in phases)
+        single = m * single - (m - 1) * sync
+    return single

@@ -1,0 +1,97 @@
+"""What a plan is: one strategy on the cluster (:class:`Strategy`) and the plan beside its baselines
+(:class:`PlanResult`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratopt.planning.cluster import Cluster
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One strategy on the cluster: the plan or a baseline.
+
+    ``estimate`` is the additive model's step time and ``simulated`` the simulator's (microseconds;
+    None where not simulated), ``memory`` the bytes per device, ``layers`` the strategy in words, one
+    row per group of operators that hold weights (identical layers collapsed). ``note`` says how it
+    was obtained, or why it cannot be expressed (then ``assignment`` is None).
+    """
+
+    name: str
+    assignment: tuple[int, ...] | None
+    estimate: float | None
+    simulated: float | None
+    memory: float | None
+    fits: bool
+    note: str = ""
+    layers: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "estimate": self.estimate,
+            "simulated": self.simulated,
+            "memory": self.memory,
+            "fits": self.fits,
+            "note": self.note,
+            "layers": list(self.layers),
+            "assignment": None if self.assignment is None else list(self.assignment),
+        }
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What :func:`plan` returns (frozen); ``to_dict()`` is ``stratopt plan --json``."""
+
+    model: str
+    cluster: Cluster
+    memory_gb: float
+    plan: Strategy
+    baselines: tuple[Strategy, ...]
+    status: str
+    bound: float | None
+    seconds: float
+    costing: Any = field(repr=False, compare=False, default=None)
+
+    def best_baseline(self) -> Strategy | None:
+        """The fastest baseline that fits (by the additive estimate), or None."""
+        fitting = [b for b in self.baselines if b.fits and b.estimate is not None]
+        return min(fitting, key=lambda b: b.estimate or 0.0) if fitting else None
+
+    def speedup(self) -> float | None:
+        """The best fitting baseline's estimate over the plan's (None without both)."""
+        best = self.best_baseline()
+        if best is None or best.estimate is None or self.plan.estimate is None or not self.plan.fits:
+            return None
+        return best.estimate / self.plan.estimate
+
+    def export(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as JSON keyed by operator (module) name, each split as mesh dimensions
+        (:mod:`stratopt.planning.export`; read back with :func:`~stratopt.planning.load_plan`)."""
+        from stratopt.planning.export import ExportedPlan
+
+        ExportedPlan.of(self).write(path)
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best_baseline()
+        return {
+            "model": self.model,
+            "cluster": {
+                "nodes": self.cluster.nodes,
+                "gpus_per_node": self.cluster.gpus_per_node,
+                "devices": self.cluster.devices,
+                "machine": self.cluster.machine.name,
+            },
+            "memory_gb": self.memory_gb,
+            "units": "us",
+            "status": self.status,
+            "bound": self.bound,
+            "seconds": self.seconds,
+            "plan": self.plan.to_dict(),
+            "baselines": [b.to_dict() for b in self.baselines],
+            "best_baseline": None if best is None else best.name,
+            "speedup": self.speedup(),
+        }

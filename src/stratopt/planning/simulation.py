@@ -1,0 +1,158 @@
+"""The pipelined iteration simulated as a task graph: each stage's passes per micro-batch in its
+schedule's order, the transfers between stages on their links."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
+from stratopt.planning.stages import PipelinePlan, Stage, stage_graph
+from stratopt.planning.words import describe_layers
+
+
+def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
+    """(bytes per device of a stage's strategy: weights, gradients, optimizer state and one
+    micro-batch's kept activations; the activations alone)."""
+    from stratopt.cost.common import layout
+
+    dtype = costing.profile.dtype_bytes
+    total = activations = 0.0
+    for v, op in enumerate(costing.graph.operators):
+        c = assignment[v]
+        total += float(costing.vertex_costs[v].memory[c])
+        row = costing.configs[v][c : c + 1]
+        activations += sum(float(u.size / np.prod(layout(op, u, row))) * dtype for u in op.outputs)
+    return total, activations
+
+
+def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, float, float]:
+    """(forward, backward, gradient sync) microseconds of one micro-batch through a stage, from the
+    operator-level simulator on the stage's own devices: the passes simulated without the
+    weight-gradient synchronisation (forward ends when the last forward task does), and the sync's
+    share is what it adds to the whole step's makespan (it overlaps the backward pass; a pipeline
+    runs it once per iteration, after the stage's last backward)."""
+    from stratopt.cost import build
+    from stratopt.sim.engine import simulate_tasks
+    from stratopt.sim.taskgraph import KINDS, StrategyTasks
+
+    costing = build(stage_graph(graph, stage.start, stage.end), stage.devices, machine=machine, cutoff=1)
+    tasks = StrategyTasks(costing, stage.assignment).graph
+    whole = simulate_tasks(tasks).makespan
+    for t in tasks.tasks():  # the same step without the sync (it no longer competes for the links)
+        if KINDS.get(tasks.label[t][:2]) == "grad-sync":
+            tasks.exe[t] = 0.0
+    timeline = simulate_tasks(tasks)
+    forward = max((timeline.end[t] for t in tasks.tasks() if tasks.label[t][0] == 0), default=0.0)
+    return forward, timeline.makespan - forward, max(0.0, whole - timeline.makespan)
+
+
+def schedule_order(stage: int, stages: int, microbatches: int, schedule: str) -> list[tuple[str, int]]:
+    """The order a stage runs its passes in: ``gpipe`` all forwards then all backwards; ``1f1b``
+    ``stages - stage - 1`` warm-up forwards, then one forward and one backward in turn, then the
+    remaining backwards (PipeDream-Flush), which keeps at most ``stages - stage`` micro-batches in flight.
+
+    >>> schedule_order(0, 2, 3, "1f1b")
+    [('F', 0), ('F', 1), ('B', 0), ('F', 2), ('B', 1), ('B', 2)]
+    """
+    if schedule == "gpipe":
+        return [("F", m) for m in range(microbatches)] + [("B", m) for m in range(microbatches)]
+    if schedule != "1f1b":
+        raise ModelError(f"unknown pipeline schedule {schedule!r}; use 1f1b or gpipe")
+    warm = min(stages - stage - 1, microbatches)
+    order = [("F", m) for m in range(warm)]
+    for m in range(microbatches):
+        if warm + m < microbatches:
+            order.append(("F", warm + m))
+        order.append(("B", m))
+    return order
+
+
+def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f1b") -> tuple[Any, dict[str, Any]]:
+    """Simulate one iteration of ``plan``: every micro-batch's forward and backward pass on every
+    stage (durations from the operator-level simulator of that stage), the transfers between stages
+    on their links, each stage's passes in ``schedule``'s order. Returns the timeline (for
+    :func:`stratopt.sim.trace.events`, Chrome traces and Gantt charts) and a summary with
+    ``iteration_time`` and the bubble fraction (the share of stage time spent idle)."""
+    from stratopt.sim.engine import check_timeline, simulate_tasks
+    from stratopt.sim.taskgraph import TaskGraph
+
+    if isinstance(machine, str):
+        from stratopt.machine import get_machine
+
+        machine = get_machine(machine)
+    count = len(plan.stages)
+    m_count = plan.microbatches
+    passes = [_stage_passes(graph, s, machine) for s in plan.stages]
+    names = [f"stage {k} ({s.devices} dev)" for k, s in enumerate(plan.stages)]
+    g = TaskGraph(names)
+    task: dict[tuple[str, int, int], int] = {}
+    for k in range(count):
+        fwd, bwd, sync = passes[k]
+        previous = None
+        order = schedule_order(k, count, m_count, schedule)
+        for rank, (kind, m) in enumerate(order):
+            phase = 0 if kind == "F" else 1
+            t = g.add(rank * count + k, k, fwd if kind == "F" else bwd, (phase, 1, f"stage{k}", m, ""))
+            task[(kind, k, m)] = t
+            if previous is not None:
+                g.depend(previous, t)  # the schedule's order on the stage's devices
+            previous = t
+        if sync > 0.0 and previous is not None:  # accumulated weight gradients, synchronised once
+            t = g.add(len(order) * count + k, k, sync, (1, 3, f"stage{k}", m_count - 1, "gradients of the iteration"))
+            g.depend(previous, t)
+    for k in range(count):
+        for m in range(m_count):
+            g.depend(task[("F", k, m)], task[("B", k, m)])
+            if k + 1 < count:
+                half = plan.transfers[k] / 2.0
+                send = g.add(0, g.link(k, k + 1), half, (0, 0, f"stage{k}", m, "activations"))
+                g.depend(task[("F", k, m)], send)
+                g.depend(send, task[("F", k + 1, m)])
+                back = g.add(0, g.link(k + 1, k), half, (1, 0, f"stage{k + 1}", m, "gradients"))
+                g.depend(task[("B", k + 1, m)], back)
+                g.depend(back, task[("B", k, m)])
+    timeline = simulate_tasks(g)
+    problems = check_timeline(timeline)
+    if problems:
+        raise ModelError(f"the pipeline timeline fails its check: {problems[0]}")
+    busy = sum(m_count * (f + b) + sync for f, b, sync in passes)
+    idle = 1.0 - busy / (count * timeline.makespan) if timeline.makespan > 0 else 0.0
+    return timeline, {
+        "iteration_time": timeline.makespan,
+        "schedule": schedule,
+        "stage_passes": [{"forward": f, "backward": b, "grad_sync": sync} for f, b, sync in passes],
+        "bubble": idle,
+    }
+
+
+def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, Any]]:
+    """Each stage in words: its operators (first and last), device group, time per micro-batch,
+    memory per device (weights, gradients, optimizer state, and the activations of every micro-batch
+    1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k) and strategy
+    (:func:`stratopt.planning.words.describe_layers`)."""
+    from stratopt.cost import build
+
+    out = []
+    count = len(plan.stages)
+    for k, s in enumerate(plan.stages):
+        sub = stage_graph(graph, s.start, s.end)
+        costing = build(sub, s.devices, machine=machine, cutoff=1)
+        total, activations = _stage_memory(costing, s.assignment)
+        in_flight = min(count - k, plan.microbatches)  # 1F1B: forwards waiting for their backward
+        out.append(
+            {
+                "stage": k,
+                "operators": [graph.operators[s.start].name, graph.operators[s.end - 1].name],
+                "start": s.start,
+                "end": s.end,
+                "devices": s.devices,
+                "time": s.time,
+                "in_flight": in_flight,
+                "memory": total + (in_flight - 1) * activations,
+                "strategy": describe_layers(sub, costing.configs, s.assignment, lambda _v, _c: False),
+            }
+        )
+    return out

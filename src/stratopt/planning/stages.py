@@ -1,0 +1,125 @@
+"""Pipeline stages: where a cut may go, a stage's own graph, the transfer across a cut, the plan's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stratopt.graph.ir import Graph, Input
+
+_US = 1e6
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Operators ``[start, end)`` of the graph on ``devices`` devices: per micro-batch ``time``
+    (microseconds, gradient synchronisation counted 1 / M; the intra-operator optimum unless memory
+    binds) with ``assignment`` (configuration indices of the stage's own problem, :func:`stage_graph`)."""
+
+    start: int
+    end: int
+    devices: int
+    time: float
+    assignment: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Stages in order, the transfers between them (microseconds per micro-batch) and the 1F1B
+    iteration time ``estimate`` for ``microbatches`` micro-batches."""
+
+    stages: tuple[Stage, ...]
+    transfers: tuple[float, ...]
+    microbatches: int
+    estimate: float
+    devices: int
+
+    @property
+    def bottleneck(self) -> float:
+        return max([s.time for s in self.stages] + list(self.transfers))
+
+
+def cut_points(graph: Graph) -> list[int]:
+    """Positions ``i`` (a cut between operators ``i - 1`` and ``i``) where exactly one tensor
+    crosses: one producer before the cut feeds operators after it. 0 and ``len(graph)`` included.
+
+    >>> from stratopt.graph import GraphBuilder
+    >>> g = GraphBuilder("chain"); x = g.fc(g.fc(g.fc(g.input((8, 16)), 16), 16), 16)
+    >>> cut_points(g.build())
+    [0, 1, 2, 3]
+    """
+    n = len(graph)
+    last = [-1] * n
+    for u, v, _ in graph.edges():
+        last[u] = max(last[u], v)
+    live = np.zeros(n + 1, dtype=np.int64)  # producers live across cut i: u < i <= last[u]
+    for u in range(n):
+        if last[u] > u:
+            live[u + 1] += 1
+            live[last[u] + 1] -= 1
+    live = np.cumsum(live)
+    return [0, *[i for i in range(1, n) if live[i] == 1], n]
+
+
+def stage_graph(graph: Graph, start: int, end: int) -> Graph:
+    """Operators ``[start, end)`` as a graph of their own: a tensor from before ``start`` becomes a
+    graph input (the stage receives it)."""
+    ops = graph.operators[start:end]
+    inside = {op.name for op in ops}
+    out = []
+    for op in ops:
+        inputs = tuple(i if i.source is None or i.source in inside else Input(None, i.use, 0, False) for i in op.inputs)
+        out.append(dataclasses.replace(op, inputs=inputs))
+    return Graph(f"{graph.name}[{start}:{end}]", tuple(out), graph.source, graph.cutoff)
+
+
+def crossing_bytes(graph: Graph, cut: int) -> float:
+    """Bytes of the one tensor crossing ``cut`` (a :func:`cut_points` position), in bf16."""
+    index = graph.index
+    producers = {index[i.source] for op in graph.operators[cut:] for i in op.inputs if i.source is not None}
+    u = max(x for x in producers if x < cut)
+    return graph.operators[u].outputs[0].size * 2.0
+
+
+def transfer_time(nbytes: float, devices_before: int, where: Any) -> float:
+    """Microseconds to send a stage boundary's tensor forward and its gradient back, on NVLink
+    unless the devices before the boundary fill whole nodes of ``where`` (a
+    :class:`~stratopt.planning.Cluster`), then on the network."""
+    crosses = devices_before % where.gpus_per_node == 0
+    size = np.array(where.devices if crosses else 1)
+    bw, lat = where.machine.link(size, size)
+    return float(2.0 * (nbytes / bw + lat)) * _US
+
+
+def group_sizes(nodes: int, per_node: int) -> list[int]:
+    """Group sizes: divisors of a node's devices, then whole numbers of nodes."""
+    small = [d for d in range(1, per_node + 1) if per_node % d == 0]
+    return sorted(set(small) | {k * per_node for k in range(1, nodes + 1)})
+
+
+def unit_cuts(graph: Graph, max_units: int | None) -> list[int]:
+    """The cuts stages may use: every :func:`cut_points` cut, or at most ``max_units`` units made by
+    keeping every ``step``-th cut, ``step`` a multiple of the graph's period (the number of cuts
+    after which the units repeat: 2 for a Transformer block, attention then MLP), so that the units
+    stay alike and alike stages are solved once."""
+    cuts = cut_points(graph)
+    if max_units is None or len(cuts) - 1 <= max_units:
+        return cuts
+    from stratopt.cost.costing import signature
+
+    keys = [hash(signature(op)) for op in graph.operators]
+    content = [tuple(keys[a:b]) for a, b in itertools.pairwise(cuts)]
+    period = 1
+    for q in range(1, 9):
+        middle = range(2, len(content) - q - 2)
+        if middle and sum(content[i] == content[i + q] for i in middle) >= 0.9 * len(middle):
+            period = q
+            break
+    step = period * max(1, math.ceil((len(cuts) - 1) / (period * max_units)))
+    inner = cuts[1:-1]
+    return [0, *inner[::step], len(graph)]

@@ -1,0 +1,72 @@
+"""The IOPDDL contest's interface: read a problem file, search within the time the harness gives,
+print the best feasible answer as the last stdout line, also when the harness ends the run early
+(SIGTERM or SIGINT)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stratopt.problem import evaluate
+from stratopt.solvers.base import Status
+
+__all__ = ["answer"]
+
+
+def answer(path: str, timeout: float, say: Callable[[str], None]) -> bool:
+    """Solve the problem in ``path`` within ``timeout`` seconds (reading it included) and print the
+    answer ``[i, j, ...]`` as the last stdout line; ``[]`` when nothing feasible was found. Progress
+    goes to ``say``. Returns whether an answer was printed. A SIGTERM or SIGINT during the search
+    prints the best answer so far and ends the process at once (exit 0 with one, 1 without).
+    """
+    from stratopt.instances import load_problem
+    from stratopt.solvers.dispatch import solve_auto
+
+    start = time.perf_counter()
+    problem = load_problem(path)
+    loaded = time.perf_counter() - start
+    # Leave room to print the answer: 5% of the budget and at least half a second.
+    budget = timeout - loaded - max(0.5, 0.05 * timeout)
+    say(f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; {budget:.1f} s left")
+    best: list[tuple[int, ...]] = []  # feasible assignments as the search finds them
+
+    def line() -> str:
+        return "[" + ", ".join(map(str, best[-1])) + "]" if best else "[]"
+
+    def leave(signum: int, frame: Any) -> None:  # the harness ends the run: answer with what there is
+        sys.stdout.write(line() + "\n")
+        sys.stdout.flush()
+        os._exit(0 if best else 1)
+
+    def keep(assignment: tuple[int, ...]) -> None:
+        best.append(assignment)
+        cost = evaluate(problem, assignment).objective
+        say(f"incumbent at {time.perf_counter() - start:.1f} s: cost {cost}")
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, leave)
+    result = solve_auto(problem, time_limit=budget, progress=say, incumbent=keep) if budget > 0 else None
+    if result is not None:
+        took = time.perf_counter() - start
+        say(
+            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s{_beside(result.stats)}"
+        )
+        if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
+            best.append(result.assignment)
+    print(line(), flush=True)
+    return bool(best)
+
+
+def _beside(stats: dict[str, Any]) -> str:
+    """What the run beside the main one gave, for the closing line."""
+    beside = stats.get("beside")
+    if beside and "error" in beside:
+        return f"; beside it {beside['solver']}: nothing ({beside['error']})"
+    if beside:
+        taken = ", its answer taken" if stats.get("answer_from") else ""
+        return f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}{taken}"
+    return ""
