@@ -29,9 +29,8 @@ import time
 def manual(graph, nodes: int, machine, microbatches: int, max_units: int | None):
     """Megatron-style: one stage per node on equal runs of units, tensor parallel 8 in each."""
     from stratopt.cost import build
-    from stratopt.planning import PipelinePlan, Stage, crossing_bytes, stage_graph, transfer_time
+    from stratopt.planning import PipelinePlan, Stage, baselines, cluster, crossing_bytes, stage_graph, transfer_time
     from stratopt.planning.stages import unit_cuts
-    from stratopt.planning import baselines, cluster
     from stratopt.problem import evaluate
 
     cuts = unit_cuts(graph, max_units)

@@ -13,9 +13,8 @@ import pytest
 from stratopt.cost import build
 from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
-from stratopt.planning import cut_points, search, stage_graph
+from stratopt.planning import cluster, cut_points, search, stage_graph
 from stratopt.planning.stages import group_sizes
-from stratopt.planning import cluster
 from stratopt.solvers import solve
 
 

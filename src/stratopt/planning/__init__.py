@@ -22,8 +22,8 @@ from stratopt.planning.memory import under_memory
 from stratopt.planning.microbatch import microbatch, search_microbatches
 from stratopt.planning.pipeline import search
 from stratopt.planning.pipelined import parse_stages, plan_pipeline, whole_nodes
-from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.planner import plan
+from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.simulation import describe, schedule_order, simulate
 from stratopt.planning.stages import PipelinePlan, Stage, crossing_bytes, cut_points, stage_graph, transfer_time
 from stratopt.planning.words import batch_axes, describe_layers
