@@ -195,10 +195,10 @@ def test_incumbents_are_feasible_and_improve():
 
 def test_weights_narrow_per_vertex():
     """A vertex whose run broke the limit gets a higher weight next; one that kept it, lower."""
-    from stratopt.solvers.lagrange import _Weights
+    from stratopt.solvers.lagrange import Weights
 
     p = _tight_problem()
-    w = _Weights(PenaltyModel.build(p), unit=1.0)
+    w = Weights(PenaltyModel.build(p), unit=1.0)
     first = w.propose(0.5)
     assert np.allclose(first, 1.0)
     w.learn(first, np.array([True, True, False]))
@@ -347,14 +347,14 @@ def test_every_run_gets_the_trws_accuracy_asked_for(monkeypatch, trws):
     accuracy, None leaves toulbar2's search alone."""
     from stratopt.solvers import lagrange
 
-    real = lagrange.run_penalised
+    real = lagrange.runs.run_penalised
     seen: list[float | None] = []
 
     def recording(model, weights, seconds, seed, prices=None, trws=None):
         seen.append(trws)
         return real(model, weights, seconds, seed, prices, trws)
 
-    monkeypatch.setattr(lagrange, "run_penalised", recording)
+    monkeypatch.setattr(lagrange.runs, "run_penalised", recording)
     p = _tight_problem()
     assert solve(p, "lagrange", workers=0, runs=3).assignment is not None
     assert seen and set(seen) == {lagrange.TRWS_ACCURACY}
@@ -378,7 +378,7 @@ def test_a_failed_worker_ends_the_search_with_what_there_is(monkeypatch):
     invented (here no run succeeded, so NO_SOLUTION)."""
     from stratopt.solvers import lagrange
 
-    monkeypatch.setattr(lagrange, "_worker_run", _failing_run)
+    monkeypatch.setattr(lagrange.workers, "_worker_run", _failing_run)
     r = solve(_tight_problem(), "lagrange", workers=2, runs=4)
     assert r.status is Status.NO_SOLUTION and r.assignment is None
     assert "toulbar2 went away" in r.stats["worker_error"]
@@ -399,7 +399,7 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     still never exceeds the optimum."""
     from stratopt.solvers import lagrange
 
-    real = lagrange.run_penalised
+    real = lagrange.runs.run_penalised
     calls: list[tuple[int, bool]] = []
 
     def slow(model, weights, seconds, seed, prices=None, trws=None):
@@ -409,14 +409,14 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
         return (None if first_bound_run else a), bound, float(seconds)  # as if it used its time
 
     learned: list[np.ndarray] = []
-    real_learn = lagrange._Weights.learn
+    real_learn = lagrange.schedule.Weights.learn
 
     def learn(self, weights, broken):
         learned.append(weights.copy())
         real_learn(self, weights, broken)
 
-    monkeypatch.setattr(lagrange, "run_penalised", slow)
-    monkeypatch.setattr(lagrange._Weights, "learn", learn)
+    monkeypatch.setattr(lagrange.runs, "run_penalised", slow)
+    monkeypatch.setattr(lagrange.schedule.Weights, "learn", learn)
     p = _tight_problem()
     r = solve(p, "lagrange", workers=0, runs=10, seconds=12)
     assert [s for s, b in calls if b] == [4, 8] and all(s == 12 for s, b in calls if not b)

@@ -1,0 +1,136 @@
+"""The weight schedule: which weight vector each run gets and for how long.
+
+Answer runs narrow each vertex's weight between the highest that broke the limit in its interval and
+the lowest that kept it (:class:`Weights`), spread along the golden-ratio sequence; every
+:data:`EXPLOIT`-th answer run shakes the best answer's weights instead. After every
+``BOUND_EVERY - 1`` answer runs comes a run for the bound, at the slot prices of the ascent
+(:class:`~stratopt.solvers.lagrange.bound.Ascent`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stratopt.solvers.lagrange.bound import Ascent
+from stratopt.solvers.lagrange.model import PenaltyModel
+
+#: Every this many runs, the weights of the best answer so far run again, each multiplied by
+#: exp(N(0, SHAKE)), with a new toulbar2 seed. On IOPDDL S, with the reduced network, the same
+#: weights with another seed changed the answer by up to 5%: every 2nd run ended S at 1.016x and
+#: 1.007x the best submitted cost (two seeds), every 4th at 1.035x.
+EXPLOIT = 2
+SHAKE = 0.15
+
+#: One run in this many is a run for the bound (slot prices), after BOUND_EVERY - 1 answer runs.
+#: Where toulbar2 does not prove its runs' optima, a step of the ascent only needs toulbar2's root
+#: bound and a first answer, so these runs get 1 / BOUND_FRACTION of the time (doubled after one
+#: that found nothing). On IOPDDL S, 19 such 6 s runs in a row raise the bound from the floor
+#: (2,738) to 1.29e9 (84% of the best submitted cost).
+BOUND_EVERY = 4
+BOUND_FRACTION = 3
+
+
+class Weights:
+    """Per-vertex bisection in log space between the highest weight whose run broke the limit
+    in the vertex's interval (``low``) and the lowest whose run kept it there (``high``)."""
+
+    def __init__(self, model: PenaltyModel, unit: float) -> None:
+        self.model = model
+        self.unit = unit
+        self.low = np.zeros(model.n)
+        self.high = np.full(model.n, np.inf)
+
+    def propose(self, f: float) -> np.ndarray:
+        """Weights for a run; ``f`` in (0, 1) places them between the bounds (or, where a bound is
+        missing, how far to step beyond the other)."""
+        low, high = self.low, self.high
+        both = (low > 0) & np.isfinite(high)
+        w = np.where(both, low ** (1 - f) * np.where(both, high, 1.0) ** f, 0.0)
+        only_low = (low > 0) & ~np.isfinite(high)
+        w = np.where(only_low, low * 10.0 ** (0.5 + f), w)
+        only_high = (low == 0) & np.isfinite(high)
+        w = np.where(only_high, high / 10.0 ** (0.5 + f), w)
+        none = (low == 0) & ~np.isfinite(high)
+        w = np.where(none, self.unit * 10.0 ** (4 * f - 2), w)
+        w = np.minimum(w, self.model.weight_cap)
+        return np.where(self.model.relevant, w, 0.0)
+
+    def learn(self, weights: np.ndarray, broken: np.ndarray) -> None:
+        rel = self.model.relevant
+        up = rel & broken
+        self.low[up] = np.maximum(self.low[up], weights[up])
+        down = rel & ~broken
+        self.high[down] = np.minimum(self.high[down], weights[down])
+        # Runs are heuristic: a weight that broke may lie above one that kept. Trust the newest,
+        # and keep a narrow bracket around it (a factor of two) rather than forgetting the other side.
+        clash = rel & (self.low >= self.high)
+        self.low[clash & up] = weights[clash & up]
+        self.high[clash & up] = 2.0 * weights[clash & up]
+        self.high[clash & down] = weights[clash & down]
+        self.low[clash & down] = 0.5 * weights[clash & down]
+
+
+class Schedule:
+    """The runs in order: each one's weights (and, for a bound run, its slot prices) and seconds.
+
+    Answer runs (narrowing and exploiting) count on their own: the bound runs come between them,
+    so the answer runs' sequence is the same with or without them.
+    """
+
+    def __init__(
+        self,
+        model: PenaltyModel,
+        weights: Weights,
+        ascent: Ascent,
+        rng: np.random.Generator,
+        seconds: float,
+        has_limit: bool,
+    ) -> None:
+        self.model = model
+        self.weights = weights
+        self.ascent = ascent
+        self.rng = rng
+        self.seconds = seconds
+        self.has_limit = has_limit
+        self.answers = 0
+        self.since_bound = 0
+        # Seconds of the bound runs where toulbar2 does not prove its runs (see BOUND_FRACTION).
+        self.short = max(2.0, seconds / BOUND_FRACTION)
+
+    def next(self, best_weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """The next run's weights, and its slot prices when it is a bound run (else None)."""
+        model = self.model
+        if not self.has_limit:
+            return np.zeros(model.n), None
+        # After every BOUND_EVERY - 1 answer runs, a run of the slot prices of the bound's
+        # ascent: weights that a price per slot covers exactly, so that its Lagrangian value
+        # is as high as those prices allow (capped weights stay covered: a lower weight only
+        # lowers the bound). In place of an answer run instead, they ended IOPDDL S at
+        # 1.028-1.035x three times (1.007-1.023x without them).
+        if best_weights is not None and self.since_bound >= BOUND_EVERY - 1:
+            self.since_bound = 0
+            lam = self.ascent.prices.copy()
+            return np.minimum(self.ascent.weights(lam), model.weight_cap), lam
+        i = self.answers
+        self.answers += 1
+        self.since_bound += 1
+        # Every EXPLOIT-th run tries the weights of the best answer so far, each shaken by a
+        # random factor, with a new toulbar2 seed.
+        if best_weights is not None and i % EXPLOIT == EXPLOIT - 1:
+            return np.minimum(best_weights * np.exp(self.rng.normal(0.0, SHAKE, model.n)), model.weight_cap), None
+        # Spread the runs: the golden-ratio sequence fills (0, 1) evenly whatever the count.
+        f = (0.5 + i * 0.6180339887) % 1.0 if i else 0.5
+        return self.weights.propose(min(max(f, 0.05), 0.95)), None
+
+    def run_seconds(self, lam: np.ndarray | None, proving: bool, left: float, timed: bool) -> int:
+        """toulbar2's whole seconds for a run: a bound run gets the short time unless the runs
+        prove their optima; without a usage limit and with a deadline the one run gets all of it
+        (less a second to answer)."""
+        own = self.seconds if lam is None or proving else self.short
+        return max(1, int(min(own if self.has_limit or not timed else math.inf, left - 1.0)))
+
+    def found_nothing(self) -> None:
+        """A bound run too short to find the answer the ascent steps from: the next ones get twice as long."""
+        self.short = min(self.seconds, 2 * self.short)
