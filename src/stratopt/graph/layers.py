@@ -18,29 +18,14 @@ Examples
 
 from __future__ import annotations
 
-import math
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from stratopt.errors import ModelError
-from stratopt.graph.ir import Graph, Input, Operator, TensorUse, axes_groups
+from stratopt.graph.builder import Builder, TensorRef
+from stratopt.graph.ir import axes_groups
 
 __all__ = ["GraphBuilder", "TensorRef", "conv_output_size"]
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    """A tensor handle: produced by operator ``source`` (output ``output``), or a graph input."""
-
-    shape: tuple[int, ...]
-    source: str | None = None
-    output: int = 0
-    param: bool = False
-
-    def __len__(self) -> int:
-        return len(self.shape)
 
 
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
@@ -63,85 +48,14 @@ def conv_output_size(
     return (h - r + 2 * pr) // sr + 1, (w - s + 2 * ps) // ss + 1
 
 
-class GraphBuilder:
+class GraphBuilder(Builder):
     """Builds a :class:`~stratopt.graph.Graph` layer by layer.
 
     Every layer method takes input :class:`TensorRef` handles and returns the output handle
     (methods with several outputs return a tuple). ``name`` defaults to the layer type and a
-    counter (``conv1``, ``conv2``, ...).
+    counter (``conv1``, ``conv2``, ...). The layout layers and the plumbing come from
+    :class:`~stratopt.graph.builder.Builder`.
     """
-
-    def __init__(self, name: str, *, source: str = "", cutoff: int | None = None) -> None:
-        self.name = name
-        self.source = source
-        self.cutoff = cutoff
-        self._ops: list[Operator] = []
-        self._names: set[str] = set()
-        self._counts: dict[str, int] = {}
-
-    # -- plumbing --------------------------------------------------------------------------------
-
-    def input(self, shape: Sequence[int], *, param: bool = False) -> TensorRef:
-        """A graph input (data, or a weight tensor with ``param=True``)."""
-        shape = tuple(int(s) for s in shape)
-        if not shape or any(s < 1 for s in shape):
-            raise ModelError(f"graph input shape {list(shape)}: sizes must be positive integers")
-        return TensorRef(shape, None, 0, param)
-
-    def _name(self, kind: str, name: str | None) -> str:
-        if name is None:
-            self._counts[kind] = self._counts.get(kind, 0) + 1
-            name = f"{kind}{self._counts[kind]}"
-        if name in self._names:
-            raise ModelError(f"operator name {name!r} is used twice")
-        self._names.add(name)
-        return name
-
-    def _add(
-        self,
-        kind: str,
-        name: str | None,
-        op: str,
-        axes: Sequence[str],
-        sizes: Sequence[int],
-        inputs: Sequence[tuple[TensorRef, Sequence[Sequence[str]]]],
-        outputs: Sequence[tuple[Sequence[int], Sequence[Sequence[str]]]],
-        *,
-        locked: Sequence[str] = (),
-        pointwise: int = 0,
-        attrs: dict[str, Any] | None = None,
-        contiguous: bool = False,
-    ) -> tuple[TensorRef, ...]:
-        full = self._name(kind, name)
-        ins = tuple(
-            Input(t.source, TensorUse(t.shape, tuple(tuple(g) for g in dims)), t.output, t.param) for t, dims in inputs
-        )
-        outs = tuple(TensorUse(tuple(int(s) for s in shape), tuple(tuple(g) for g in dims)) for shape, dims in outputs)
-        operator = Operator(
-            full,
-            op,
-            tuple(axes),
-            tuple(int(s) for s in sizes),
-            ins,
-            outs,
-            frozenset(locked),
-            int(pointwise),
-            dict(attrs or {}),
-            contiguous,
-        )
-        operator.validate()
-        self._ops.append(operator)
-        return tuple(TensorRef(o.shape, full, i) for i, o in enumerate(outs))
-
-    def build(self) -> Graph:
-        """The graph built so far (validated)."""
-        return Graph(self.name, tuple(self._ops), self.source, self.cutoff)
-
-    @staticmethod
-    def _axis(t: TensorRef, axis: int, what: str) -> int:
-        if not -len(t) <= axis < len(t):
-            raise ModelError(f"{what}: axis {axis} is out of range for a {len(t)}-d tensor")
-        return axis % len(t)
 
     # -- compute layers --------------------------------------------------------------------------
 
@@ -541,146 +455,4 @@ class GraphBuilder:
             [(x, axes_groups(names))],
             [(out_shape, out_dims)],
             attrs={"axes": [names[i] for i in reduced]},
-        )[0]
-
-    # -- layout layers (no computation) ------------------------------------------------------------
-
-    def concat(self, xs: Sequence[TensorRef], axis: int, *, name: str | None = None) -> TensorRef:
-        """Concatenate along ``axis`` (which is never split)."""
-        if len(xs) < 2:
-            raise ModelError("concat: needs at least two tensors")
-        first = xs[0]
-        ax = self._axis(first, axis, "concat")
-        for t in xs[1:]:
-            if len(t) != len(first) or any(t.shape[i] != first.shape[i] for i in range(len(first)) if i != ax):
-                raise ModelError(f"concat: shapes {list(first.shape)} and {list(t.shape)} differ off axis {axis}")
-        names = [f"d{i}" for i in range(len(first))]
-        out = list(first.shape)
-        out[ax] = sum(t.shape[ax] for t in xs)
-        sizes = list(first.shape)
-        sizes[ax] = out[ax]
-        return self._add(
-            "concat",
-            name,
-            "concat",
-            names,
-            sizes,
-            [(t, axes_groups(names)) for t in xs],
-            [(out, axes_groups(names))],
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
-        )[0]
-
-    def split(self, x: TensorRef, parts: int, axis: int, *, name: str | None = None) -> tuple[TensorRef, ...]:
-        """Split into ``parts`` equal pieces along ``axis`` (which is never split over devices)."""
-        ax = self._axis(x, axis, "split")
-        if parts < 1 or x.shape[ax] % parts:
-            raise ModelError(f"split: axis {axis} of size {x.shape[ax]} does not divide into {parts} parts")
-        names = [f"d{i}" for i in range(len(x))]
-        piece = list(x.shape)
-        piece[ax] //= parts
-        return self._add(
-            "split",
-            name,
-            "split",
-            names,
-            x.shape,
-            [(x, axes_groups(names))],
-            [(piece, axes_groups(names))] * parts,
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
-        )
-
-    def stack(self, xs: Sequence[TensorRef], axis: int = 0, *, name: str | None = None) -> TensorRef:
-        """Stack same-shaped tensors along a new axis (which is never split)."""
-        first = xs[0]
-        if any(t.shape != first.shape for t in xs):
-            raise ModelError("stack: all tensors must have the same shape")
-        ax = axis % (len(first) + 1)
-        names = [f"d{i}" for i in range(len(first))]
-        axes = [*names[:ax], "s", *names[ax:]]
-        sizes = [*first.shape[:ax], len(xs), *first.shape[ax:]]
-        return self._add(
-            "stack",
-            name,
-            "stack",
-            axes,
-            sizes,
-            [(t, axes_groups(names)) for t in xs],
-            [(sizes, axes_groups(axes))],
-            locked=["s"],
-            attrs={"axis": "s"},
-        )[0]
-
-    def unstack(self, x: TensorRef, axis: int = 0, *, name: str | None = None) -> tuple[TensorRef, ...]:
-        """Split along ``axis`` into its slices, dropping the axis."""
-        ax = self._axis(x, axis, "unstack")
-        names = [f"d{i}" for i in range(len(x))]
-        kept = [a for i, a in enumerate(names) if i != ax]
-        piece = [s for i, s in enumerate(x.shape) if i != ax]
-        return self._add(
-            "unstack",
-            name,
-            "unstack",
-            names,
-            x.shape,
-            [(x, axes_groups(names))],
-            [(piece, axes_groups(kept))] * x.shape[ax],
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
-        )
-
-    def transpose(self, x: TensorRef, perm: Sequence[int], *, name: str | None = None) -> TensorRef:
-        """Permute dimensions (the output's dimension i is the input's ``perm[i]``)."""
-        if sorted(perm) != list(range(len(x))):
-            raise ModelError(f"transpose: {list(perm)} is not a permutation of {len(x)} dimensions")
-        names = [f"d{i}" for i in range(len(x))]
-        return self._add(
-            "transpose",
-            name,
-            "transpose",
-            names,
-            x.shape,
-            [(x, axes_groups(names))],
-            [([x.shape[p] for p in perm], [[names[p]] for p in perm])],
-            attrs={"perm": list(perm)},
-        )[0]
-
-    def reshape(self, x: TensorRef, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
-        """Reshape, as PaSE does it: flatten (``<name>.ravel``) then unflatten (``<name>.unravel``),
-        each allowing only contiguous splits, so that no data moves inside either."""
-        shape = tuple(int(s) for s in shape)
-        if math.prod(shape) != math.prod(x.shape):
-            raise ModelError(f"reshape: cannot reshape {list(x.shape)} into {list(shape)}")
-        base = self._name("reshape", name)
-        flat = (math.prod(x.shape),)
-        names = [f"d{i}" for i in range(len(x))]
-        (mid,) = self._add(
-            "ravel",
-            f"{base}.ravel",
-            "reshape",
-            names,
-            x.shape,
-            [(x, axes_groups(names))],
-            [(flat, [names])],
-            contiguous=True,
-        )
-        out_names = [f"d{i}" for i in range(len(shape))]
-        return self._add(
-            "unravel",
-            f"{base}.unravel",
-            "reshape",
-            out_names,
-            shape,
-            [(mid, [out_names])],
-            [(shape, axes_groups(out_names))],
-            contiguous=True,
-        )[0]
-
-    def variable(self, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
-        """A weight tensor as its own vertex (PaSE's ``Variable``), so several layers can share it."""
-        w = self.input(shape, param=True)
-        names = [f"d{i}" for i in range(len(w))]
-        return self._add(
-            "variable", name, "variable", names, w.shape, [(w, axes_groups(names))], [(w.shape, axes_groups(names))]
         )[0]

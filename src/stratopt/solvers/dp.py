@@ -19,7 +19,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +27,10 @@ import numpy as np
 from stratopt.errors import ModelError, UnsupportedProblemError
 from stratopt.problem import StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
+from stratopt.solvers.orderings import CHUNK_ENTRIES, ORDERINGS, plan
 
 __all__ = ["ORDERINGS", "DynamicProgramming", "Marginal", "default_memory_cap", "marginal_table", "plan"]
 
-#: Elimination orders we can simulate (see :func:`plan`).
-ORDERINGS = ("seeds", "min-degree", "min-fill", "min-size")
-
-_CHUNK_ENTRIES = 1 << 20  # build joint tables in slices of at most this many entries
 _PRUNE_VISITS = 3  # prune() looks at a vertex at most this often (hubs would requeue endlessly)
 _CACHE_ENTRIES = 1 << 16  # min-plus products work on blocks of this many entries (512 KiB)
 _MIN_FILL_CORE = 500  # 'auto' simulates min-fill only on cores up to this many vertices
@@ -238,94 +234,6 @@ def _index_dtype(k: int) -> type:
 
 
 # ---------------------------------------------------------------------------------------------
-# Orderings
-
-
-@dataclass(frozen=True)
-class Plan:
-    """An elimination order for the vertices left after the pre-pass, and what it will cost."""
-
-    ordering: str
-    order: tuple[int, ...]
-    width: int  # largest dependent set
-    largest_table: int  # entries of the largest table built (dependent set and the vertex)
-    total_entries: int  # summed entries of all tables built
-    bytes_estimate: int
-
-
-def _table_bytes(entries_new: int, entries_joint: int) -> int:
-    # One new float table, one back-pointer (<= 2 bytes) per entry, a joint slice in flight.
-    return 8 * entries_new + 2 * entries_new + 8 * min(entries_joint, _CHUNK_ENTRIES)
-
-
-def plan(adj: dict[int, set[int]], k: list[int], ordering: str, *, cap_entries: int | None = None) -> Plan | None:
-    """Simulate an elimination order on the graph ``adj``; None if it passes ``cap_entries``.
-
-    ``seeds`` is the seeds' GetNextVertex (Alg. 6 of seed 000): fewest dependent vertices first,
-    the dependent sets growing as vertices are eliminated, ties to the lowest index.
-    ``min-degree`` breaks the same ties by table size; ``min-fill`` adds the fewest new edges;
-    ``min-size`` makes the smallest table.
-    """
-    if ordering not in ORDERINGS:
-        raise ModelError(f"unknown ordering {ordering!r}; choose from {', '.join(ORDERINGS)}")
-    g = {v: set(nb) for v, nb in adj.items()}
-
-    def size(v: int) -> int:
-        return math.prod(k[w] for w in g[v])
-
-    def fill(v: int) -> int:
-        nb = list(g[v])
-        return sum(1 for i, a in enumerate(nb) for b in nb[i + 1 :] if b not in g[a])
-
-    score: Callable[[int], tuple[int, ...]]
-    if ordering == "seeds":
-        score = lambda v: (len(g[v]),)  # noqa: E731
-    elif ordering == "min-degree":
-        score = lambda v: (len(g[v]), size(v))  # noqa: E731
-    elif ordering == "min-fill":
-        score = lambda v: (fill(v), size(v))  # noqa: E731
-    else:
-        score = lambda v: (size(v) * k[v],)  # noqa: E731
-    current = {v: score(v) for v in g}
-    heap = [(s, v) for v, s in current.items()]
-    heapq.heapify(heap)
-    order: list[int] = []
-    width = largest = total = peak = persistent = 0
-    while heap:
-        s, v = heapq.heappop(heap)
-        if v not in g or current[v] != s:
-            continue
-        nbrs = g.pop(v)
-        new = math.prod(k[w] for w in nbrs)
-        joint = new * k[v]
-        width = max(width, len(nbrs))
-        largest = max(largest, joint)
-        total += joint
-        persistent += 2 * new  # back-pointers stay until the end
-        peak = max(peak, persistent + _table_bytes(new, joint))
-        if cap_entries is not None and (total > cap_entries or peak > 8 * cap_entries):
-            return None
-        order.append(v)
-        touched = set(nbrs)
-        if ordering == "min-fill":
-            # A vertex's fill changes when its neighbourhood changes (the neighbours of v) or when
-            # a new edge joins two of its neighbours (the common neighbours of each fill edge).
-            listed = sorted(nbrs)
-            for i, a in enumerate(listed):
-                for b in listed[i + 1 :]:
-                    if b not in g[a]:
-                        touched |= g[a] & g[b]
-        for a in nbrs:
-            g[a].discard(v)
-            g[a] |= nbrs - {a}
-        for a in touched:
-            if a in g:
-                current[a] = score(a)
-                heapq.heappush(heap, (current[a], a))
-    return Plan(ordering, tuple(order), width, largest, total, peak)
-
-
-# ---------------------------------------------------------------------------------------------
 # General elimination on tables
 
 
@@ -373,7 +281,7 @@ def _eliminate(
         best = np.empty(shape[:-1])
         bp: np.ndarray = np.empty(shape[:-1], dtype=_index_dtype(k[v]))
         per_row = math.prod(shape[1:]) if dep else 1
-        rows = max(1, _CHUNK_ENTRIES // max(1, per_row)) if dep else 1
+        rows = max(1, CHUNK_ENTRIES // max(1, per_row)) if dep else 1
         lead = shape[0] if dep else 1
         for lo in range(0, lead, rows):
             hi = min(lead, lo + rows)
