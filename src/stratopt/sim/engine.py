@@ -214,13 +214,11 @@ class DeltaSimulator:
 
     Examples
     --------
+    >>> from stratopt import load_instance
     >>> from stratopt.cost import build
-    >>> from stratopt.graph import GraphBuilder
-    >>> g = GraphBuilder("mlp")
-    >>> _ = g.softmax_xent(g.fc(g.fc(g.input((64, 256)), 128), 64))
-    >>> costing = build(g.build(), 4)
-    >>> sim = DeltaSimulator(costing, [0, 0, 0])
-    >>> after = sim.change(1, 3)
+    >>> costing = build(load_instance("alexnet"), 4)
+    >>> sim = DeltaSimulator(costing, [0] * len(costing.graph))
+    >>> after = sim.change(1, 2)
     >>> after == simulate_tasks(StrategyTasks(costing, sim.assignment).graph).makespan
     True
     """

@@ -19,7 +19,30 @@ _TOTAL = 2.0**50
 
 
 @dataclass
-class PenaltyModel:
+class CostNetwork:
+    """A cost function network in flat arrays: ``k`` choices per variable, node costs ``node``
+    (``node_off`` per variable), ``edges`` and their flattened tables ``edge`` (``edge_off``), each
+    function shifted so that its least allowed entry is 0, ``shift`` the sum of what was taken off."""
+
+    k: np.ndarray
+    node_off: np.ndarray
+    node: np.ndarray
+    edges: np.ndarray
+    edge_off: np.ndarray
+    edge: np.ndarray
+    shift: float
+
+
+def shift_to_zero(values: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, float]:
+    """Each segment of ``values`` less its least entry (0 for an all-forbidden one, which toulbar2
+    then proves nothing about), and the sum of what was taken off."""
+    low = segment_min(values, off)
+    low = np.where(np.isfinite(low), low, 0.0)
+    return values - np.repeat(low, np.diff(off)), float(low.sum())
+
+
+@dataclass
+class PenaltyModel(CostNetwork):
     """What every toulbar2 run needs, built once (workers inherit it when they fork).
 
     ``node`` and ``edge`` are the problem's costs multiplied by ``scale`` (a power of two) and
@@ -30,13 +53,6 @@ class PenaltyModel:
     """
 
     n: int
-    k: np.ndarray
-    node_off: np.ndarray
-    node: np.ndarray
-    edges: np.ndarray
-    edge_off: np.ndarray
-    edge: np.ndarray
-    shift: float
     scale: float
     excess: np.ndarray
     relevant: np.ndarray
@@ -59,14 +75,8 @@ class PenaltyModel:
         edge = float_costs(problem.edge_flat)
         edges = problem.edges
         eoff = problem.edge_offsets
-        node_min = segment_min(node, off)
-        edge_min = segment_min(edge, eoff)
-        # A vertex or edge whose entries are all forbidden has min inf: shift it by 0 (toulbar2
-        # proves nothing then, and the answer's evaluation says what is forbidden).
-        node_min = np.where(np.isfinite(node_min), node_min, 0.0)
-        edge_min = np.where(np.isfinite(edge_min), edge_min, 0.0)
-        node = node - np.repeat(node_min, k)
-        edge = edge - np.repeat(edge_min, np.diff(eoff))
+        node, node_taken = shift_to_zero(node, off)
+        edge, edge_taken = shift_to_zero(edge, eoff)
         worst = finite_max_sum(node, off) + finite_max_sum(edge, eoff)
         scale = 2.0 ** math.floor(math.log2(_TOTAL / 8 / worst)) if worst > 0 else 1.0
         excess = np.zeros(len(node))
@@ -100,7 +110,7 @@ class PenaltyModel:
             edges=edges,
             edge_off=eoff,
             edge=edge * scale,
-            shift=float((node_min.sum() + edge_min.sum()) * scale),
+            shift=float((node_taken + edge_taken) * scale),
             scale=scale,
             excess=excess,
             relevant=relevant,
@@ -137,7 +147,7 @@ class PenaltyModel:
 
 
 @dataclass
-class Network:
+class Network(CostNetwork):
     """The penalised problems after the exact reductions that hold whatever the weights
     (:class:`~stratopt.solvers.reductions.Reducer` with ``usage=False``: single-choice folding, arc
     consistency, follower merging, parallel and separable edges; IOPDDL A goes from 34,932
@@ -150,13 +160,6 @@ class Network:
     an assignment's scaled cost is the network's cost plus ``shift``.
     """
 
-    k: np.ndarray
-    node_off: np.ndarray
-    node: np.ndarray
-    edges: np.ndarray
-    edge_off: np.ndarray
-    edge: np.ndarray
-    shift: float
     pen_row: np.ndarray
     pen_vertex: np.ndarray
     pen_entry: np.ndarray
@@ -189,11 +192,9 @@ class Network:
         edge_off = np.zeros(len(tables) + 1, dtype=np.int64)
         np.cumsum([len(t) for t in tables], out=edge_off[1:])
         edge = np.concatenate(tables) if tables else np.zeros(0)
-        node_min = np.where(np.isfinite(low := segment_min(node, node_off)), low, 0.0)
-        edge_min = np.where(np.isfinite(low := segment_min(edge, edge_off)), low, 0.0)
-        node = node - np.repeat(node_min, k)
-        edge = edge - np.repeat(edge_min, np.diff(edge_off))
-        shift = float(node_min.sum() + edge_min.sum() + red.constant * scale)
+        node, node_taken = shift_to_zero(node, node_off)
+        edge, edge_taken = shift_to_zero(edge, edge_off)
+        shift = float(node_taken + edge_taken + red.constant * scale)
         # Who pays which penalty: each remaining choice for itself and for its members.
         off = model.node_off
         rows, verts, entries = [], [], []

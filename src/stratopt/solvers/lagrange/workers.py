@@ -8,8 +8,6 @@ import multiprocessing
 import signal
 from typing import Any
 
-import numpy as np
-
 from stratopt.errors import SolverUnavailableError
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.runs import Attempt, attempt
@@ -41,29 +39,17 @@ def as_child() -> None:
         pass
 
 
-def _worker_run(
-    weights: np.ndarray,
-    seconds: int,
-    seed: int,
-    prices: np.ndarray | None,
-    budget: float | None,
-    trws: float | None = None,
-) -> Attempt:
+def _worker_run(*args: Any) -> Attempt:
+    """One run in a forked worker: :func:`attempt` on the model and engine it holds (``args`` as
+    :meth:`ProcessPool.submit` passes them on: weights, seconds, seed, prices, budget, trws)."""
     assert _MODEL is not None and _ENGINE is not None
-    return attempt(_MODEL, _ENGINE, weights, seconds, seed, prices, budget, trws)
+    return attempt(_MODEL, _ENGINE, *args)
 
 
-def _ray_run(
-    shared: tuple[PenaltyModel, LocalEngine],
-    weights: np.ndarray,
-    seconds: int,
-    seed: int,
-    prices: np.ndarray | None,
-    budget: float | None,
-    trws: float | None = None,
-) -> Attempt:
+def _ray_run(shared: tuple[PenaltyModel, LocalEngine], *args: Any) -> Attempt:
+    """One run as a Ray task: the model and engine come from the object store."""
     model, engine = shared
-    return attempt(model, engine, weights, seconds, seed, prices, budget, trws)
+    return attempt(model, engine, *args)
 
 
 class ProcessPool:
