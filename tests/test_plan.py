@@ -120,6 +120,58 @@ def test_megatron_mlp_is_two_activation_all_reduces() -> None:
     assert edges == 0
 
 
+def stacked_attention():
+    """PaSE's attention block: the normed stream stacked three times, q, k and v projected by one
+    einsum, unstacked, scores, softmax, context, the output projection."""
+    heads, d, dk, s = 4, 64, 16, 32
+    g = GraphBuilder("stacked")
+    x = g.layernorm(g.input((B, s, d)))
+    qkv = g.einsum("sble,shek->sbhlk", g.stack([x, x, x]), g.input((3, heads, d, dk), param=True))
+    q, k, v = g.unstack(qkv)
+    probs = g.softmax(g.einsum("bhlk,bhmk->bhlm", q, k), axis=3)
+    ctx = g.einsum("bhlm,bhmk->bhlk", probs, v)
+    g.einsum("bhlk,hek->ble", ctx, g.input((heads, d, dk), param=True))
+    return g.build()
+
+
+def test_batch_is_followed_through_stacks() -> None:
+    """The batch axes are those that index the samples, followed from the data input: the stack's
+    and the stacked projection's are the samples' axis, not the new axis of size 3 in front, so
+    data parallelism and Megatron's data-parallel groups can be expressed on them."""
+    from stratopt.planning import batch_axes
+
+    graph = stacked_attention()
+    axes = batch_axes(graph)
+    for op in graph.operators:
+        (a,) = axes[op.name]
+        assert op.size_of(a) == B, op.name
+    where = cluster(1, 4)
+    costing = build(graph, 4, machine=where.machine, cutoff=1, shard_weights=True)
+    found = by_name(costing, 4)
+    assert not isinstance(found["data-parallel"], str) and not isinstance(found["megatron-tp2"], str)
+
+
+def test_megatron_stacked_qkv_is_column_parallel() -> None:
+    """Megatron maps PaSE's stacked q/k/v einsum as its QKV projection: it reads the normed stream
+    through the stack, so it splits its output features (column parallel) and the output
+    projection its input features (row parallel), each with the one all-reduce Megatron has."""
+    graph = stacked_attention()
+    costing = build(graph, 4, machine=cluster(1, 4).machine, cutoff=1, shard_weights=True)
+    found = by_name(costing, 4)["megatron-tp4"]
+    assert not isinstance(found, str)
+    ops = graph.operators
+    qkv = next(v for v, op in enumerate(ops) if op.attrs.get("equation") == "sble,shek->sbhlk")
+    out = next(v for v, op in enumerate(ops) if op.attrs.get("equation") == "bhlk,hek->ble")
+    for v, group in ((qkv, "n"), (out, "k")):
+        config = dict(zip(ops[v].axes, costing.configs[v][found[v]].tolist(), strict=True))
+        assert np.prod([config[a] for a in ops[v].attrs[group]]) == 4, ops[v].name
+    # Megatron's communication and nothing else: the QKV projection all-reduces its (stacked) input's
+    # gradient in the backward pass, the output projection its output in the forward pass.
+    machine = cluster(1, 4).machine
+    assert float(costing.vertex_costs[qkv].comm[found[qkv]]) == pytest.approx(ar(machine, 3 * B * 32 * 64, 4))
+    assert float(costing.vertex_costs[out].comm[found[out]]) == pytest.approx(ar(machine, B * 32 * 64, 4))
+
+
 def test_data_parallel_across_nodes_takes_the_network() -> None:
     """Tensor parallel 2 inside each of 2 nodes and data parallel 2 across: the data-parallel
     weight-gradient all-reduce (a group of 2 spread over 4 devices) runs on the network, the

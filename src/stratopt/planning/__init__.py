@@ -3,7 +3,8 @@ micro-batches, and the plan's export format.
 
 - :mod:`~stratopt.planning.cluster`: :class:`Cluster`, nodes of devices of a preset machine;
 - :mod:`~stratopt.planning.planner`: :func:`plan`, the fastest strategy that fits, and the baselines
-  measured on the same model (:mod:`~stratopt.planning.baselines`: data parallel, FSDP, Megatron);
+  measured on the same model (:mod:`~stratopt.planning.baselines`: data parallel, FSDP, Megatron),
+  with the batch followed through the graph (:mod:`~stratopt.planning.batch`);
 - :mod:`~stratopt.planning.memory`: the cheapest strategy under a memory limit (Lagrangian bisection,
   each step an exact DP, with a lower bound);
 - :mod:`~stratopt.planning.words`: a strategy in the words users use;
@@ -16,6 +17,7 @@ micro-batches, and the plan's export format.
 """
 
 from stratopt.planning.baselines import baselines
+from stratopt.planning.batch import batch_axes, follow_batch
 from stratopt.planning.cluster import Cluster, cluster
 from stratopt.planning.export import ExportedPlan, load_plan
 from stratopt.planning.memory import under_memory
@@ -26,7 +28,7 @@ from stratopt.planning.planner import plan
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.simulation import describe, schedule_order, simulate
 from stratopt.planning.stages import PipelinePlan, Stage, crossing_bytes, cut_points, stage_graph, transfer_time
-from stratopt.planning.words import batch_axes, describe_layers
+from stratopt.planning.words import describe_layers
 
 __all__ = [
     "Cluster",
@@ -42,6 +44,7 @@ __all__ = [
     "cut_points",
     "describe",
     "describe_layers",
+    "follow_batch",
     "load_plan",
     "microbatch",
     "parse_stages",

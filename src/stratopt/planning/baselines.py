@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from stratopt.graph.ir import Graph, Operator
+from stratopt.planning.batch import batch_axes
 from stratopt.planning.memory import exact_dp
-from stratopt.planning.words import batch_axes
 from stratopt.problem import FORBIDDEN
 
 
@@ -24,15 +24,24 @@ def _is_product(op: Operator) -> bool:
     return op.op in ("gemm", "conv") and any(i.param for i in op.inputs)
 
 
+#: Operators that only move data: Megatron's rule looks through them to the layer that computed it.
+_LAYOUT = frozenset({"concat", "split", "stack", "unstack", "transpose", "reshape"})
+
+
 def _column_parallel(graph: Graph, index: dict[str, int], op: Operator) -> bool:
     """Megatron's rule of thumb: a linear that reads the residual stream (a norm's or an embedding's
     output, or a graph input) splits its output features; one that reads another layer's output
-    (attention's, the MLP's activation) splits its input features."""
+    (attention's, the MLP's activation) splits its input features. Layout operators in between
+    are looked through: PaSE's Transformer stacks the normed stream three times and projects q, k
+    and v in one einsum, which Megatron runs as one column-parallel QKV projection (heads split),
+    its output projection row parallel (one all-reduce after it)."""
     source = next((i.source for i in op.inputs if not i.param), None)
-    if source is None:
-        return True
-    producer = graph.operators[index[source]]
-    return producer.op == "norm" or bool(producer.attrs.get("lookup"))
+    while source is not None:
+        producer = graph.operators[index[source]]
+        if producer.op not in _LAYOUT:
+            return producer.op == "norm" or bool(producer.attrs.get("lookup"))
+        source = next((i.source for i in producer.inputs if not i.param), None)
+    return True
 
 
 Pattern = Callable[[int, Operator, dict[str, int]], bool]
@@ -85,13 +94,14 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
     graph = costing.graph
     p = costing.policy.procs
     out: list[Baseline] = []
+    batches = batch_axes(graph)
 
     def data_parallel(v: int, op: Operator, config: dict[str, int]) -> bool:
-        batch = batch_axes(op)
+        batch = batches[op.name]
         return math.prod(config[a] for a in batch) == p and all(c == 1 for a, c in config.items() if a not in batch)
 
     def no_batch(op: Operator) -> str:
-        size = math.prod(op.size_of(a) for a in batch_axes(op))
+        size = math.prod(op.size_of(a) for a in batches[op.name])
         return f"the batch of {size} ({op.name}) does not split over {p} devices"
 
     out.append(("data-parallel", _pick(costing, data_parallel, why=no_batch), ""))
@@ -104,7 +114,7 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
         d = p // t
 
         def megatron(v: int, op: Operator, config: dict[str, int], t: int = t, d: int = d) -> bool:
-            batch = batch_axes(op)
+            batch = batches[op.name]
             if math.prod(config[a] for a in batch) != d:
                 return False
             rest = {a: c for a, c in config.items() if a not in batch}
@@ -123,12 +133,12 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
             return model in (1, t)
 
         def replicated(v: int, op: Operator, config: dict[str, int], d: int = d) -> bool:
-            batch = batch_axes(op)
+            batch = batches[op.name]
             rest = math.prod(c for a, c in config.items() if a not in batch)
             return math.prod(config[a] for a in batch) == d and rest == 1
 
         def no_split(op: Operator, d: int = d) -> str:
-            size = math.prod(op.size_of(a) for a in batch_axes(op))
+            size = math.prod(op.size_of(a) for a in batches[op.name])
             return f"the batch of {size} ({op.name}) does not split over {d} data-parallel groups"
 
         for sharded in (False, True) if d > 1 else (False,):  # one data-parallel group: nothing to shard over

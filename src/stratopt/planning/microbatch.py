@@ -10,6 +10,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
+from stratopt.planning.batch import batch_size, follow_batch
 from stratopt.planning.pipeline import search
 from stratopt.planning.stages import PipelinePlan
 
@@ -17,12 +18,9 @@ from stratopt.planning.stages import PipelinePlan
 def microbatch(graph: Graph, parts: int) -> Graph:
     """``graph`` with its batch cut into ``parts``: one micro-batch.
 
-    The batch is the first dimension of the graph's data inputs (those of the first one's size;
-    weights are not data). It is followed through the graph: an operator's axes that index a
-    batch-carrying dimension of an input are its batch axes (the first of a dimension's axes, where
-    several index it: ``b`` of a merged ``b * s``); each is cut into ``parts``, with every dimension
-    of the operator's tensors that it indexes, and the output dimensions it indexes carry the batch
-    on. Raises :class:`ModelError` when the batch does not divide, or cannot be followed.
+    The batch is followed through the graph (:func:`~stratopt.planning.batch.follow_batch`); each
+    operator's batch axes are cut into ``parts``, with every dimension of its tensors that they
+    index. Raises :class:`ModelError` when the batch does not divide, or cannot be followed.
 
     >>> from stratopt.graph import GraphBuilder
     >>> g = GraphBuilder("mlp"); _ = g.fc(g.fc(g.input((64, 32)), 16), 8)
@@ -33,25 +31,15 @@ def microbatch(graph: Graph, parts: int) -> Graph:
         raise ModelError(f"the number of micro-batches must be a positive integer, got {parts!r}")
     if parts == 1:
         return graph
-    batch = _batch(graph)
+    batch = batch_size(graph)
     if batch is None:
         raise ModelError(f"{graph.name}: no data input to take the batch from")
     if batch % parts:
         raise ModelError(f"{graph.name}: a batch of {batch} does not split into {parts} micro-batches")
-    carried: dict[tuple[str, int], frozenset[int]] = {}  # (operator, output) -> batch-carrying dims
+    followed = follow_batch(graph)
     out = []
     for op in graph.operators:
-        scaled: set[str] = set()
-        for i in op.inputs:
-            if i.source is None:
-                dims = frozenset({0}) if not i.param and i.use.shape and i.use.shape[0] == batch else frozenset()
-            else:
-                dims = carried[(i.source, i.output)]
-            for d in dims:
-                group = i.use.dims[d]
-                if not group:
-                    raise ModelError(f"{graph.name}: operator {op.name!r} reads the batch along no axis of its own")
-                scaled.add(group[0])
+        scaled = set(followed[op.name])
         sizes = list(op.sizes)
         for a in scaled:
             k = op.axes.index(a)
@@ -63,26 +51,11 @@ def microbatch(graph: Graph, parts: int) -> Graph:
 
         inputs = tuple(dataclasses.replace(i, use=_cut(i.use, scaled, parts, op.name)) for i in op.inputs)
         outputs = tuple(_cut(u, scaled, parts, op.name) for u in op.outputs)
-        for k, u in enumerate(op.outputs):
-            carried[(op.name, k)] = frozenset(d for d, group in enumerate(u.dims) if any(a in scaled for a in group))
         out.append(dataclasses.replace(op, sizes=tuple(sizes), inputs=inputs, outputs=outputs))
     try:
         return Graph(f"{graph.name}/{parts}", tuple(out), graph.source, graph.cutoff)
     except ModelError as e:
         raise ModelError(f"{graph.name}: cannot cut the batch into {parts} micro-batches: {e}") from None
-
-
-def _batch(graph: Graph) -> int | None:
-    """The batch: the first dimension of the graph's first data input (None without one)."""
-    return next(
-        (
-            i.use.shape[0]
-            for op in graph.operators
-            for i in op.inputs
-            if i.source is None and not i.param and i.use.shape
-        ),
-        None,
-    )
 
 
 def _cut(use: Any, scaled: set[str], parts: int, where: str) -> Any:
@@ -115,7 +88,7 @@ def search_microbatches(
     """
     say = progress or (lambda _msg: None)
     if choices is None:
-        batch = _batch(graph) or 1
+        batch = batch_size(graph) or 1
         choices = [m for m in (1, 2, 4, 8, 16, 32, 64) if batch % m == 0]
     tried: list[tuple[int, float]] = []
     best: tuple[PipelinePlan, Graph] | None = None

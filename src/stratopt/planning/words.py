@@ -11,13 +11,8 @@ from typing import Any
 import numpy as np
 
 from stratopt.cost.common import weight_tile
-from stratopt.graph.ir import Graph, Operator
-
-
-def batch_axes(op: Operator) -> list[str]:
-    """The axes that index the operator's batch (its output's first dimension)."""
-    return list(op.outputs[0].dims[0]) if op.outputs and op.outputs[0].dims else []
-
+from stratopt.graph.ir import Graph
+from stratopt.planning.batch import batch_axes
 
 _LAYER = re.compile(r"\d+")
 
@@ -30,11 +25,12 @@ def describe_layers(
     whether its weights are sharded. Operators named alike up to a layer number (``layers.3.mlp``)
     with the same words are one row (``layers.*.mlp``, with the layer numbers)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
+    batches = batch_axes(graph)
     for v, op in enumerate(graph.operators):
         if not any(i.param for i in op.inputs):
             continue
         config = dict(zip(op.axes, configs[v][assignment[v]].tolist(), strict=True))
-        batch = batch_axes(op)
+        batch = batches[op.name]
         dp = math.prod(config[a] for a in batch)
         tp = math.prod(c for a, c in config.items() if a not in batch)
         how = ""
