@@ -1,4 +1,4 @@
-"""Prove that a refactoring left behaviour unchanged: zoo optima, case-bank optima, README outputs.
+"""Prove that a refactoring left behaviour unchanged: zoo and case-bank optima, lagrange runs, command outputs.
 
 ``python scripts/check_unchanged.py record`` writes ``tests/data/unchanged.json`` from the current
 code; ``python scripts/check_unchanged.py`` (check) recomputes everything and prints a table of what
@@ -7,7 +7,8 @@ differs (exit 1 if anything does). The zoo part of the file is also pinned by
 
 Recorded: the DP optimum of every network in ``models/`` at p = 4 and 8 under both profiles
 (``pase`` on the ``pase`` machine, ``default`` on ``h100``), every case-bank optimum by brute force,
-and the stdout of the README's console commands with wall times masked.
+seeded ``lagrange`` runs on random problems whose usage limit binds, and the stdout (and any file
+written) of the commands below, the documented ones and the planning side's, with wall times masked.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "unchanged.json"
 
-#: The README's console commands whose output does not depend on the machine's speed.
+#: Commands whose output does not depend on the machine's speed.
 README_COMMANDS = (
     "stratopt solve example",
     "stratopt evaluate example --assignment 0,0,1,1,0",

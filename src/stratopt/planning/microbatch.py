@@ -22,6 +22,8 @@ def microbatch(graph: Graph, parts: int) -> Graph:
     operator's batch axes are cut into ``parts``, with every dimension of its tensors that they
     index. Raises :class:`ModelError` when the batch does not divide, or cannot be followed.
 
+    Examples
+    --------
     >>> from stratopt.graph import GraphBuilder
     >>> g = GraphBuilder("mlp"); _ = g.fc(g.fc(g.input((64, 32)), 16), 8)
     >>> [op.outputs[0].shape for op in microbatch(g.build(), 4)]
