@@ -168,19 +168,19 @@ class DefaultProfile:
         return compute, comm
 
     def _softmax(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        block = per_device(op, cfg)
-        elems = block.prod(axis=1)
-        ax = op.axis_index(op.attrs["axis"])
-        rows = elems / block[:, ax]
-        # Max and sum forward, one dot product backward, each a row reduction across the split.
-        return self._stream(6.0 * elems), 3.0 * self._ar(rows, cfg[:, ax], span(op, cfg, [op.attrs["axis"]]))
+        return self._rows(op, cfg, 6.0)
 
     def _softmax_xent(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._rows(op, cfg, 4.0)
+
+    def _rows(self, op: Operator, cfg: np.ndarray, passes: float) -> tuple[np.ndarray, np.ndarray]:
+        """A softmax-like operator: ``passes`` streams over its elements, and three row reductions
+        across a split of its axis (max and sum forward, one dot product backward)."""
         block = per_device(op, cfg)
         elems = block.prod(axis=1)
         ax = op.axis_index(op.attrs["axis"])
         rows = elems / block[:, ax]
-        return self._stream(4.0 * elems), 3.0 * self._ar(rows, cfg[:, ax], span(op, cfg, [op.attrs["axis"]]))
+        return self._stream(passes * elems), 3.0 * self._ar(rows, cfg[:, ax], span(op, cfg, [op.attrs["axis"]]))
 
     def _reduce_mean(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = per_device(op, cfg)

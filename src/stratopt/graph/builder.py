@@ -94,6 +94,21 @@ class Builder:
         self._ops.append(operator)
         return tuple(TensorRef(o.shape, full, i) for i, o in enumerate(outs))
 
+    def _over(
+        self,
+        kind: str,
+        name: str | None,
+        op: str,
+        x: TensorRef,
+        extra: Sequence[tuple[TensorRef, Sequence[Sequence[str]]]] = (),
+        **options: Any,
+    ) -> TensorRef:
+        """An operator whose domain is ``x``'s dimensions (``d0, d1, ..``), reading ``x`` (and
+        ``extra`` inputs laid out on those axes) and writing one tensor of ``x``'s shape."""
+        groups = axes_groups([f"d{i}" for i in range(len(x))])
+        inputs = [(x, groups), *extra]
+        return self._add(kind, name, op, [g[0] for g in groups], x.shape, inputs, [(x.shape, groups)], **options)[0]
+
     def build(self) -> Graph:
         """The graph built so far (validated)."""
         return Graph(self.name, tuple(self._ops), self.source, self.cutoff)

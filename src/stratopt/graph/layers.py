@@ -360,35 +360,17 @@ class GraphBuilder(Builder):
         """A binary pointwise operation (add, multiply) on two same-shaped tensors."""
         if a.shape != b.shape:
             raise ModelError(f"elementwise: shapes {list(a.shape)} and {list(b.shape)} differ")
-        axes = [f"d{i}" for i in range(len(a))]
-        return self._add(
-            "add",
-            name,
-            "elementwise",
-            axes,
-            a.shape,
-            [(a, axes_groups(axes)), (b, axes_groups(axes))],
-            [(a.shape, axes_groups(axes))],
-            pointwise=pointwise,
-        )[0]
+        return self._over(
+            "add", name, "elementwise", a, [(b, axes_groups([f"d{i}" for i in range(len(b))]))], pointwise=pointwise
+        )
 
     def norm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm") -> TensorRef:
         """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer norm."""
         if len(x) < 2:
             raise ModelError("norm: the input needs at least 2 dimensions")
         ax = self._axis(x, axis, "norm")
-        axes = [f"d{i}" for i in range(len(x))]
         params = self.input((2, x.shape[ax]), param=True)
-        return self._add(
-            kind,
-            name,
-            "norm",
-            axes,
-            x.shape,
-            [(x, axes_groups(axes)), (params, [[], [axes[ax]]])],
-            [(x.shape, axes_groups(axes))],
-            attrs={"axis": axes[ax]},
-        )[0]
+        return self._over(kind, name, "norm", x, [(params, [[], [f"d{ax}"]])], attrs={"axis": f"d{ax}"})
 
     def batchnorm(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
         """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``)."""
@@ -401,33 +383,13 @@ class GraphBuilder(Builder):
     def softmax(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
         """Softmax along ``axis``."""
         ax = self._axis(x, axis, "softmax")
-        axes = [f"d{i}" for i in range(len(x))]
-        return self._add(
-            "softmax",
-            name,
-            "softmax",
-            axes,
-            x.shape,
-            [(x, axes_groups(axes))],
-            [(x.shape, axes_groups(axes))],
-            attrs={"axis": axes[ax]},
-        )[0]
+        return self._over("softmax", name, "softmax", x, attrs={"axis": f"d{ax}"})
 
     def softmax_xent(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
         """Softmax over the last axis followed by the cross-entropy loss."""
         if len(x) < 2:
             raise ModelError("softmax_xent: the input needs at least 2 dimensions (batch, classes)")
-        axes = [f"d{i}" for i in range(len(x))]
-        return self._add(
-            "softmax_xent",
-            name,
-            "softmax_xent",
-            axes,
-            x.shape,
-            [(x, axes_groups(axes))],
-            [(x.shape, axes_groups(axes))],
-            attrs={"axis": axes[-1]},
-        )[0]
+        return self._over("softmax_xent", name, "softmax_xent", x, attrs={"axis": f"d{len(x) - 1}"})
 
     def reduce_mean(
         self, x: TensorRef, axes: Sequence[int] | None = None, *, keepdims: bool = False, name: str | None = None
