@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,31 @@ class CostNetwork:
     edge_off: np.ndarray
     edge: np.ndarray
     shift: float
+
+
+def network_costs(
+    k: np.ndarray,
+    node_off: np.ndarray,
+    node: np.ndarray,
+    edges: np.ndarray,
+    edge_off: np.ndarray,
+    edge: np.ndarray,
+    constant: float = 0.0,
+) -> dict[str, Any]:
+    """A :class:`CostNetwork`'s fields: every function shifted so that its least allowed entry is 0,
+    what was taken off (and ``constant``) summed in ``shift``."""
+    node, node_taken = shift_to_zero(node, node_off)
+    edge, edge_taken = shift_to_zero(edge, edge_off)
+    shift = float(node_taken + edge_taken + constant)
+    return {
+        "k": k,
+        "node_off": node_off,
+        "node": node,
+        "edges": edges,
+        "edge_off": edge_off,
+        "edge": edge,
+        "shift": shift,
+    }
 
 
 def shift_to_zero(values: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, float]:
@@ -71,12 +97,11 @@ class PenaltyModel(CostNetwork):
         n = problem.num_vertices
         k = problem.num_choices
         off = problem.node_offsets
-        node = float_costs(problem.node_flat)
-        edge = float_costs(problem.edge_flat)
-        edges = problem.edges
         eoff = problem.edge_offsets
-        node, node_taken = shift_to_zero(node, off)
-        edge, edge_taken = shift_to_zero(edge, eoff)
+        base = network_costs(
+            k, off, float_costs(problem.node_flat), problem.edges, eoff, float_costs(problem.edge_flat)
+        )
+        node, edge = base["node"], base["edge"]
         worst = finite_max_sum(node, off) + finite_max_sum(edge, eoff)
         scale = 2.0 ** math.floor(math.log2(_TOTAL / 8 / worst)) if worst > 0 else 1.0
         excess = np.zeros(len(node))
@@ -104,13 +129,7 @@ class PenaltyModel(CostNetwork):
         cap = (_TOTAL / 2) / (scale * biggest) if biggest > 0 else 0.0
         model = cls(
             n=n,
-            k=k,
-            node_off=off,
-            node=node * scale,
-            edges=edges,
-            edge_off=eoff,
-            edge=edge * scale,
-            shift=float((node_taken + edge_taken) * scale),
+            **{**base, "node": node * scale, "edge": edge * scale, "shift": base["shift"] * scale},
             scale=scale,
             excess=excess,
             relevant=relevant,
@@ -192,9 +211,7 @@ class Network(CostNetwork):
         edge_off = np.zeros(len(tables) + 1, dtype=np.int64)
         np.cumsum([len(t) for t in tables], out=edge_off[1:])
         edge = np.concatenate(tables) if tables else np.zeros(0)
-        node, node_taken = shift_to_zero(node, node_off)
-        edge, edge_taken = shift_to_zero(edge, edge_off)
-        shift = float(node_taken + edge_taken + red.constant * scale)
+        costs = network_costs(k, node_off, node, edges, edge_off, edge, red.constant * scale)
         # Who pays which penalty: each remaining choice for itself and for its members.
         off = model.node_off
         rows, verts, entries = [], [], []
@@ -215,13 +232,7 @@ class Network(CostNetwork):
         stats = {key: int(val) for key, val in red.stats.items()}
         stats.update(network_vertices=len(free), network_edges=len(tables), network_choices=int(k.sum()))
         return cls(
-            k=k,
-            node_off=node_off,
-            node=node,
-            edges=edges,
-            edge_off=edge_off,
-            edge=edge,
-            shift=shift,
+            **costs,
             pen_row=pen_row[paying],
             pen_vertex=pen_vertex[paying],
             pen_entry=pen_entry[paying],

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from stratopt.problem import FORBIDDEN
-from stratopt.solvers.lagrange.model import PenaltyModel, segment_min
+from stratopt.solvers.lagrange.model import CostNetwork, PenaltyModel, segment_min
 from stratopt.solvers.lagrange.toulbar import toulbar2
 from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine, _ragged_arange
 
@@ -115,17 +115,10 @@ def resolve_region(
                 if use
             ]
             knapsacks.append((terms, capacity))
-    values, _, _ = toulbar2(
-        cls.seg_len,
-        seg_off,
-        unary,
-        local[model.edges[inner]],
-        np.append(0, np.cumsum(sizes)),
-        table,
-        seconds,
-        seed,
-        knapsacks,
+    region = CostNetwork(
+        cls.seg_len, seg_off, unary, local[model.edges[inner]], np.append(0, np.cumsum(sizes)), table, 0.0
     )
+    values, _, _ = toulbar2(region, seconds, seed, knapsacks)
     if values is None:
         return None
     out = a.copy()

@@ -3,6 +3,7 @@ answer repaired to the limit and polished (:func:`attempt`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -87,17 +88,8 @@ def run_penalised(
     net = model.network
     assert net is not None
     if len(net.k):
-        values, dual, functions = toulbar2(
-            net.k,
-            net.node_off,
-            net.penalised(model, weights),
-            net.edges,
-            net.edge_off,
-            net.edge,
-            seconds,
-            seed,
-            trws=trws,
-        )
+        penalised = dataclasses.replace(net, node=net.penalised(model, weights))
+        values, dual, functions = toulbar2(penalised, seconds, seed, trws=trws)
     else:  # the reductions decided every vertex
         values, dual, functions = np.zeros(0, dtype=np.int64), 0.0, 0
     # The network's bound plus what the reductions took out bounds the model's shifted penalised

@@ -9,16 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.solvers.lagrange.model import finite_max_sum
+from stratopt.solvers.lagrange.model import CostNetwork, finite_max_sum
 
 
 def toulbar2(
-    k: np.ndarray,
-    node_off: np.ndarray,
-    node: np.ndarray,
-    edges: np.ndarray,
-    edge_off: np.ndarray,
-    edge: np.ndarray,
+    network: CostNetwork,
     seconds: float,
     seed: int,
     rows: Sequence[tuple[list[tuple[int, int, int]], int]] = (),
@@ -27,11 +22,13 @@ def toulbar2(
     """One cost function network (float costs, ``inf`` forbidden, rounded here) solved by
     toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``, after
     TRW-S message passing to accuracy ``trws`` when given (see :data:`TRWS_ACCURACY`):
-    (values or None, its dual bound, the number of cost functions)."""
+    (values or None, its dual bound, the number of cost functions). The network's ``shift``
+    plays no part."""
     import pytoulbar2
 
-    node = np.round(node)
-    edge = np.round(edge)
+    k, node_off, edges, edge_off = network.k, network.node_off, network.edges, network.edge_off
+    node = np.round(network.node)
+    edge = np.round(network.edge)
     # The hard cost: above every total of allowed entries, so no forbidden entry is ever preferred.
     top = int(finite_max_sum(node, node_off) + finite_max_sum(edge, edge_off)) + 1
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
