@@ -9,6 +9,7 @@ import numpy as np
 from stratopt.graph.ir import Operator, TensorUse
 
 __all__ = [
+    "EdgePricing",
     "GemmShape",
     "VertexCosts",
     "axes_product",
@@ -233,3 +234,28 @@ def replicas(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     indexed = {a for t in op.inputs if t.param for dims in t.use.dims for a in dims}
     free = [a for a in op.axes if a not in indexed]
     return axes_product(np.asarray(configs, dtype=np.float64), op, free), span(op, configs, free)
+
+
+class EdgePricing:
+    """What every profile's edge cost shares: the words each consumer device needs beyond what it
+    already holds, between the producer's layout of a tensor and the consumer's; a profile prices
+    those words (:meth:`words_cost`)."""
+
+    def edge(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+    ) -> np.ndarray:
+        """The edge's cost matrix (Ku x Kv) for every pair of the two operators' configurations."""
+        src = layout(producer, produced, src_configs)
+        dst = layout(consumer, consumed, dst_configs)
+        return self.words_cost(needed_words(produced.shape, src, dst), src, dst)
+
+    def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The cost of moving ``words`` (Ku x Kv) between the producer's tiles ``src`` and the
+        consumer's ``dst``, forward and back."""
+        raise NotImplementedError

@@ -22,21 +22,20 @@ from __future__ import annotations
 import numpy as np
 
 from stratopt.cost.common import (
+    EdgePricing,
     VertexCosts,
     axes_product,
     gemm_axes,
     gemm_shape,
     halo,
-    layout,
     lstm_relay,
     memory_bytes,
-    needed_words,
     per_device,
     replicas,
     span,
     weight_tile,
 )
-from stratopt.graph.ir import Operator, TensorUse
+from stratopt.graph.ir import Operator
 from stratopt.machine import Machine
 
 __all__ = ["DefaultProfile"]
@@ -44,7 +43,7 @@ __all__ = ["DefaultProfile"]
 _US = 1e6  # seconds -> microseconds
 
 
-class DefaultProfile:
+class DefaultProfile(EdgePricing):
     """Realistic step time (microseconds) and memory (bytes) on ``machine``.
 
     ``dtype_bytes`` is the training dtype (2 for bf16), ``state_bytes`` the optimizer state per
@@ -196,18 +195,7 @@ class DefaultProfile:
     def _layout(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(cfg.shape[0]), np.zeros(cfg.shape[0])
 
-    def edge(
-        self,
-        producer: Operator,
-        produced: TensorUse,
-        src_configs: np.ndarray,
-        consumer: Operator,
-        consumed: TensorUse,
-        dst_configs: np.ndarray,
-    ) -> np.ndarray:
-        src = layout(producer, produced, src_configs)
-        dst = layout(consumer, consumed, dst_configs)
-        words = needed_words(produced.shape, src, dst)
+    def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
         # Forward activation and backward gradient: two messages.
         return 2.0 * self.machine.transfer(words * self.dtype_bytes, group) * _US

@@ -14,23 +14,22 @@ from __future__ import annotations
 import numpy as np
 
 from stratopt.cost.common import (
+    EdgePricing,
     VertexCosts,
     axes_product,
     gemm_shape,
     halo,
-    layout,
     lstm_relay,
     memory_bytes,
-    needed_words,
     per_device,
 )
-from stratopt.graph.ir import LAYOUT_OPS, Operator, TensorUse
+from stratopt.graph.ir import LAYOUT_OPS, Operator
 from stratopt.machine import Machine
 
 __all__ = ["PaseProfile"]
 
 
-class PaseProfile:
+class PaseProfile(EdgePricing):
     """PaSE's cost model on a machine (only peak flops and bandwidth matter).
 
     Examples
@@ -148,20 +147,9 @@ class PaseProfile:
 
     # -- edges -----------------------------------------------------------------------------------
 
-    def edge(
-        self,
-        producer: Operator,
-        produced: TensorUse,
-        src_configs: np.ndarray,
-        consumer: Operator,
-        consumed: TensorUse,
-        dst_configs: np.ndarray,
-    ) -> np.ndarray:
-        """t_E matrix (Ku x Kv): ``r * 2 * words`` each consumer device receives (forward, and the
-        gradient back)."""
-        src = layout(producer, produced, src_configs)
-        dst = layout(consumer, consumed, dst_configs)
-        return self.r * 2.0 * needed_words(produced.shape, src, dst)
+    def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """t_E: ``r * 2 * words`` each consumer device receives (forward, and the gradient back)."""
+        return self.r * 2.0 * words
 
     def describe(self) -> str:
         return f"pase: PaSE's cost model, units 'flops', r = {self.r:g} flops per word ({self.machine.name})"
