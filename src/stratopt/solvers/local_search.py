@@ -26,7 +26,7 @@ from stratopt.problem import FORBIDDEN, StrategyProblem, float_costs, usage_prof
 __all__ = ["LocalEngine"]
 
 
-def _ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ragged_arange(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row of each entry, position within its row) for rows of the given lengths."""
     total = int(lengths.sum())
     rows = np.repeat(np.arange(len(lengths)), lengths)
@@ -91,7 +91,7 @@ class LocalEngine:
         sizes = np.diff(eoff)
         forward = float_costs(problem.edge_flat, FORBIDDEN_COST)
         # Transposed copy: entry (a, b) of edge e moves to eoff[e] + b * K_u + a.
-        rows, within = _ragged_arange(sizes)
+        rows, within = ragged_arange(sizes)
         kv = k[v][rows]
         ku = k[u][rows]
         transposed = np.empty_like(forward)
@@ -104,7 +104,7 @@ class LocalEngine:
         self.inc_base = np.concatenate([eoff[:m], eoff[:m] + total])
 
         colour = greedy_colouring(n, edges) if m else np.zeros(n, dtype=np.int64)
-        self.classes = [self._build_class(np.flatnonzero(colour == c)) for c in range(int(colour.max()) + 1)]
+        self.classes = [self.build_class(np.flatnonzero(colour == c)) for c in range(int(colour.max()) + 1)]
 
         self.has_limit = problem.has_usage and problem.usage_limit is not None
         # Without usages every choice uses nothing and no vertex is live anywhere.
@@ -117,21 +117,21 @@ class LocalEngine:
             _, self.start, self.end = problem.time_slots
             self.num_slots = len(problem.time_slots[0])
 
-    def _build_class(self, verts: np.ndarray, incidence_mask: np.ndarray | None = None) -> _Class:
+    def build_class(self, verts: np.ndarray, incidence_mask: np.ndarray | None = None) -> _Class:
         k, off = self.k, self.off
         seg_len = k[verts]
         seg_start = np.zeros(len(verts), dtype=np.int64)
         np.cumsum(seg_len[:-1], out=seg_start[1:])
         local_of = np.full(self.n, -1, dtype=np.int64)
         local_of[verts] = np.arange(len(verts))
-        vrows, vwithin = _ragged_arange(seg_len)
+        vrows, vwithin = ragged_arange(seg_len)
         slots = off[verts][vrows] + vwithin
         mask = local_of[self.inc_x] >= 0
         if incidence_mask is not None:
             mask &= incidence_mask
         x = self.inc_x[mask]
         lens = k[x]
-        rows, within = _ragged_arange(lens)
+        rows, within = ragged_arange(lens)
         return _Class(
             verts=verts,
             slots=slots,
@@ -341,7 +341,7 @@ class InducedForest:
         # Unary part: incidences from a forest vertex to a vertex outside the forest.
         mask = inside[engine.inc_x] & ~inside[engine.inc_other]
         self.verts = verts
-        self.cls = engine._build_class(verts, incidence_mask=mask)
+        self.cls = engine.build_class(verts, incidence_mask=mask)
 
     def step(self, a: np.ndarray, penalty: np.ndarray | None = None) -> tuple[np.ndarray, float]:
         """Best choices of the forest's vertices given the rest; returns (assignment, gain)."""

@@ -11,7 +11,7 @@ import numpy as np
 from stratopt.problem import FORBIDDEN
 from stratopt.solvers.lagrange.model import CostNetwork, PenaltyModel, segment_min
 from stratopt.solvers.lagrange.toulbar import toulbar2
-from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine, _ragged_arange
+from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine, ragged_arange
 
 #: Runs whose peak usage is at most this many times the limit, over at most this many time slots, are
 #: also repaired by re-solving the region around the over-full slots (on IOPDDL S, a run 1% over
@@ -40,7 +40,7 @@ def repair(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) 
             return None
         t = int(np.argmax(profile))
         verts = np.flatnonzero((engine.start <= t) & (engine.end > t))
-        cls = engine._build_class(verts)
+        cls = engine.build_class(verts)
         costs = engine.local_costs(cls, a)
         use = engine.usage[cls.slots]
         here = cls.seg_start + a[verts]
@@ -88,7 +88,7 @@ def resolve_region(
     if verts.size == 0:
         return None
     outside = free[engine.inc_x] & ~free[engine.inc_other]
-    cls = engine._build_class(verts, incidence_mask=outside)
+    cls = engine.build_class(verts, incidence_mask=outside)
     unary = engine.local_costs(cls, a)  # own cost plus edges to the kept vertices
     unary = np.where(unary >= FORBIDDEN, np.inf, unary + weights[verts][cls.slot_vertex] * model.excess[cls.slots])
     seg_off = np.append(cls.seg_start, len(cls.slots))
@@ -98,7 +98,7 @@ def resolve_region(
     local[verts] = np.arange(len(verts))
     inner = free[model.edges[:, 0]] & free[model.edges[:, 1]]
     sizes = np.diff(model.edge_off)[inner]
-    rows, within = _ragged_arange(sizes)
+    rows, within = ragged_arange(sizes)
     table = model.edge[model.edge_off[:-1][inner][rows] + within]
     knapsacks: list[tuple[list[tuple[int, int, int]], int]] = []
     if slots is not None:
