@@ -53,7 +53,10 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
         (lambda d: d["cluster"].update(nodes=0), "cluster.nodes must be a positive integer"),
         (lambda d: d["cluster"].update(devices=5), "cluster.devices is 5, not nodes x gpus_per_node"),
         (lambda d: d["operators"]["conv1"].update(mesh=[["zz", 2]]), "operator 'conv1': mesh entry ['zz', 2]"),
-        (lambda d: d["operators"]["conv1"].update(mesh=[["n", 7]]), "operator 'conv1': axis 'n' of size 96 cannot split 7 ways"),
+        (
+            lambda d: d["operators"]["conv1"].update(mesh=[["n", 7]]),
+            "operator 'conv1': axis 'n' of size 96 cannot split 7 ways",
+        ),
         (lambda d: d["operators"]["conv1"].update(mesh=[["n", 8]]), "splits over 8 devices, more than the cluster's 4"),
         (lambda d: d.update(estimate_us="fast"), "'estimate_us' must be a number or null"),
     ],
