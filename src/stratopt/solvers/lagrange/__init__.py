@@ -50,7 +50,7 @@ from stratopt.solvers.lagrange.repair import (
     repair_region,
     resolve_region,
 )
-from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, attempt, run_penalised
+from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt, run_penalised
 from stratopt.solvers.lagrange.schedule import BOUND_EVERY, BOUND_FRACTION, EXPLOIT, SHAKE, Schedule, Weights
 from stratopt.solvers.lagrange.solver import Lagrange
 from stratopt.solvers.lagrange.workers import as_child
@@ -68,6 +68,7 @@ __all__ = [
     "Lagrange",
     "Network",
     "PenaltyModel",
+    "Run",
     "Schedule",
     "Weights",
     "as_child",

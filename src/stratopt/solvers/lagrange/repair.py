@@ -174,23 +174,23 @@ def polish(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) 
 
 
 def repairs(
-    model: PenaltyModel,
-    engine: LocalEngine,
-    a: np.ndarray,
-    out_of_time: Callable[[], bool],
-    left: Callable[[], float],
-    rng: np.random.Generator,
+    model: PenaltyModel, engine: LocalEngine, a: np.ndarray, left: Callable[[], float], seed: int
 ) -> list[np.ndarray]:
-    """Feasible assignments made from one that breaks the limit: single-vertex moves at the
-    worst violation, and (close to the limit, integer usages) toulbar2 re-solving the region
-    around the over-full slots under knapsack rows there."""
+    """Feasible assignments made from one that breaks the limit (until ``left()`` seconds run
+    out): single-vertex moves at the worst violation, and (close to the limit, integer usages)
+    toulbar2 re-solving the region around the over-full slots under knapsack rows there (its
+    seed drawn from ``seed``)."""
+
+    def out_of_time() -> bool:
+        return left() <= 0
+
     out = []
     single = repair(engine, a, out_of_time)
     if single is not None:
         out.append(single)
     problem = engine.problem
     if problem.usage_flat is not None and problem.usage_flat.dtype.kind in "iu":
-        region = repair_region(model, engine, a, left, int(rng.integers(1, 2**31)))
+        region = repair_region(model, engine, a, left, int(np.random.default_rng(seed).integers(1, 2**31)))
         if region is not None:
             out.append(region)
     return out

@@ -40,36 +40,36 @@ class Attempt:
     fixed: list[np.ndarray]
 
 
-def attempt(
-    model: PenaltyModel,
-    engine: LocalEngine,
-    weights: np.ndarray,
-    seconds: int,
-    seed: int,
-    prices: np.ndarray | None = None,
-    budget: float | None = None,
-    trws: float | None = None,
-) -> Attempt:
+@dataclass(frozen=True)
+class Run:
+    """One penalised run to make: the vertex weights, toulbar2's whole seconds and seed, the slot
+    prices of a bound run (None for an answer run) and the TRW-S accuracy (None: search alone)."""
+
+    weights: np.ndarray
+    seconds: int
+    seed: int
+    prices: np.ndarray | None = None
+    trws: float | None = None
+
+
+def attempt(model: PenaltyModel, engine: LocalEngine, run: Run, budget: float | None = None) -> Attempt:
     """A penalised run, then repair and polish of its answer (in the worker that ran it, so
     that the workers, not the search's own process, do the work). ``budget``: the seconds, from
     the start of this call, after which the repairs and polish stop (a duration, not a clock
     time, so that it holds on another machine of a Ray cluster)."""
     deadline = None if budget is None else time.monotonic() + budget
-    a, bound, took = run_penalised(model, weights, seconds, seed, prices, trws)
+    a, bound, took = run_penalised(model, run.weights, run.seconds, run.seed, run.prices, run.trws)
     if a is None:
         return Attempt(None, bound, took, [])
 
     def left() -> float:
         return math.inf if deadline is None else deadline - time.monotonic()
 
-    def out_of_time() -> bool:
-        return left() <= 0
-
     feasible = evaluate(engine.problem, a).feasible
     if not engine.has_limit:
         return Attempt(a, bound, took, [a] if feasible else [])
-    candidates = [a] if feasible else repairs(model, engine, a, out_of_time, left, np.random.default_rng(seed))
-    return Attempt(a, bound, took, [polish(engine, c, out_of_time) for c in candidates])
+    candidates = [a] if feasible else repairs(model, engine, a, left, run.seed)
+    return Attempt(a, bound, took, [polish(engine, c, lambda: left() <= 0) for c in candidates])
 
 
 def run_penalised(

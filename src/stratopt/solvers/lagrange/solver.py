@@ -17,7 +17,7 @@ from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Ascent, round_down
 from stratopt.solvers.lagrange.model import PenaltyModel
-from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, attempt
+from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
 from stratopt.solvers.lagrange.schedule import Schedule, Weights
 from stratopt.solvers.lagrange.workers import ProcessPool, RayPool
 from stratopt.solvers.local_search import LocalEngine
@@ -120,7 +120,7 @@ class Lagrange:
                 w, lam, run_s, seed_i = next_run()
                 started += 1
                 budget = None if clock.deadline is None else clock.left()
-                search.take(w, attempt(model, engine, w, run_s, seed_i, lam, budget, trws), lam)
+                search.take(w, attempt(model, engine, Run(w, run_s, seed_i, lam, trws), budget), lam)
                 if not engine.has_limit:
                     break
         else:
@@ -132,7 +132,7 @@ class Lagrange:
                         w, lam, run_s, seed_i = next_run()
                         started += 1
                         budget = None if clock.deadline is None else clock.left()
-                        pool.submit((w, lam), w, run_s, seed_i, lam, budget, trws)
+                        pool.submit((w, lam), Run(w, run_s, seed_i, lam, trws), budget)
                     if not pool.busy():
                         break
                     (w, lam), outcome = pool.next_done()

@@ -41,7 +41,8 @@ def as_child() -> None:
 
 def _worker_run(*args: Any) -> Attempt:
     """One run in a forked worker: :func:`attempt` on the model and engine it holds (``args`` as
-    :meth:`ProcessPool.submit` passes them on: weights, seconds, seed, prices, budget, trws)."""
+    :meth:`ProcessPool.submit` passes them on: the :class:`~stratopt.solvers.lagrange.runs.Run`
+    and its budget)."""
     assert _MODEL is not None and _ENGINE is not None
     return attempt(_MODEL, _ENGINE, *args)
 
