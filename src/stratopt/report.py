@@ -123,29 +123,33 @@ def print_explain(rows: list[dict[str, Any]], units: str) -> None:
     _console(None if sys.stdout.isatty() else 160).print(table)
 
 
+#: ``stratopt models``'s tables: the catalogue's key, title, and (heading, field) per column (left-aligned: text).
+_CATALOGUE = (
+    (
+        "networks",
+        "networks (operator graphs; solve with --procs P --profile pase|default)",
+        (("name", "name"), ("vertices", "operators"), ("edges", "edges"), ("source", "source")),
+    ),
+    (
+        "placements",
+        "placement jobs (stratopt place NAME --algo A)",
+        (("name", "name"), ("nodes", "nodes"), ("edges", "edges"), ("devices", "devices")),
+    ),
+    ("problems", "built-in problems", (("name", "name"), ("description", "description"))),
+)
+
+
 def print_models(found: dict[str, list[dict[str, Any]]]) -> None:
     """:func:`stratopt.instances.catalogue`: networks, placement jobs and built-in problems."""
     console = _console()
-    table = _table(
-        ("name", "vertices", "edges", "source"),
-        ("name", "source"),
-        title="networks (operator graphs; solve with --procs P --profile pase|default)",
-    )
-    for head in found["networks"]:
-        table.add_row(head["name"], str(head["operators"]), str(head["edges"]), str(head["source"]))
-    console.print(table)
-    table = _table(
-        ("name", "nodes", "edges", "devices"),
-        ("name", "devices"),
-        title="placement jobs (stratopt place NAME --algo A)",
-    )
-    for head in found["placements"]:
-        table.add_row(head["name"], str(head["nodes"]), str(head["edges"]), str(head["devices"]))
-    console.print(table)
-    table = _table(("name", "description"), ("name", "description"), title="built-in problems")
-    for head in found["problems"]:
-        table.add_row(head["name"], head["description"])
-    console.print(table)
+    for key, title, columns in _CATALOGUE:
+        headings = [h for h, _ in columns]
+        table = _table(
+            headings, [h for h in headings if h in ("name", "source", "devices", "description")], title=title
+        )
+        for head in found[key]:
+            table.add_row(*(str(head[field]) for _, field in columns))
+        console.print(table)
 
 
 def print_placement(result: Any) -> None:

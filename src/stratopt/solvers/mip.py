@@ -186,10 +186,14 @@ class MipHighs(_Mip):
 
     Examples
     --------
-    >>> from stratopt import StrategyProblem, load_problem, solve
-    >>> r = solve(load_problem("example"), "mip-highs", seed=0)
-    >>> r.status.value, r.assignment, r.objective
-    ('optimal', (0, 0, 2, 1, 0), 445)
+    The same model on HiGHS and on CBC (:class:`MipCbc`):
+
+    >>> from stratopt import load_problem, solve
+    >>> for name in ("mip-highs", "mip-cbc"):
+    ...     r = solve(load_problem("example"), name, seed=0)
+    ...     print(name, r.status.value, r.assignment, r.objective)
+    mip-highs optimal (0, 0, 2, 1, 0) 445
+    mip-cbc optimal (0, 0, 2, 1, 0) 445
     """
 
     name = "mip-highs"
@@ -227,15 +231,8 @@ class MipHighs(_Mip):
 
 
 class MipCbc(_Mip):
-    """CBC (bundled with PuLP) with ``ratio 0``; status and bound read from its solution and log.
-
-    Examples
-    --------
-    >>> from stratopt import StrategyProblem, load_problem, solve
-    >>> r = solve(load_problem("example"), "mip-cbc", seed=0)
-    >>> r.status.value, r.assignment, r.objective
-    ('optimal', (0, 0, 2, 1, 0), 445)
-    """
+    """CBC (bundled with PuLP) with ``ratio 0``; status and bound read from its solution and log
+    (an example beside HiGHS's in :class:`MipHighs`)."""
 
     name = "mip-cbc"
 
