@@ -121,6 +121,19 @@ class Builder:
 
     # -- layout layers (no computation) ------------------------------------------------------------
 
+    def _along(
+        self,
+        kind: str,
+        name: str | None,
+        axes: Sequence[str],
+        sizes: Sequence[int],
+        inputs: Sequence[tuple[TensorRef, Sequence[Sequence[str]]]],
+        outputs: Sequence[tuple[Sequence[int], Sequence[Sequence[str]]]],
+        axis: str,
+    ) -> tuple[TensorRef, ...]:
+        """A layout operator that joins or parts tensors along ``axis``, which is never split."""
+        return self._add(kind, name, kind, axes, sizes, inputs, outputs, locked=[axis], attrs={"axis": axis})
+
     def concat(self, xs: Sequence[TensorRef], axis: int, *, name: str | None = None) -> TensorRef:
         """Concatenate along ``axis`` (which is never split)."""
         if len(xs) < 2:
@@ -135,16 +148,8 @@ class Builder:
         out[ax] = sum(t.shape[ax] for t in xs)
         sizes = list(first.shape)
         sizes[ax] = out[ax]
-        return self._add(
-            "concat",
-            name,
-            "concat",
-            names,
-            sizes,
-            [(t, axes_groups(names)) for t in xs],
-            [(out, axes_groups(names))],
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
+        return self._along(
+            "concat", name, names, sizes, [(t, axes_groups(names)) for t in xs], [(out, axes_groups(names))], names[ax]
         )[0]
 
     def split(self, x: TensorRef, parts: int, axis: int, *, name: str | None = None) -> tuple[TensorRef, ...]:
@@ -155,16 +160,8 @@ class Builder:
         names = [f"d{i}" for i in range(len(x))]
         piece = list(x.shape)
         piece[ax] //= parts
-        return self._add(
-            "split",
-            name,
-            "split",
-            names,
-            x.shape,
-            [(x, axes_groups(names))],
-            [(piece, axes_groups(names))] * parts,
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
+        return self._along(
+            "split", name, names, x.shape, [(x, axes_groups(names))], [(piece, axes_groups(names))] * parts, names[ax]
         )
 
     def stack(self, xs: Sequence[TensorRef], axis: int = 0, *, name: str | None = None) -> TensorRef:
@@ -176,16 +173,8 @@ class Builder:
         names = [f"d{i}" for i in range(len(first))]
         axes = [*names[:ax], "s", *names[ax:]]
         sizes = [*first.shape[:ax], len(xs), *first.shape[ax:]]
-        return self._add(
-            "stack",
-            name,
-            "stack",
-            axes,
-            sizes,
-            [(t, axes_groups(names)) for t in xs],
-            [(sizes, axes_groups(axes))],
-            locked=["s"],
-            attrs={"axis": "s"},
+        return self._along(
+            "stack", name, axes, sizes, [(t, axes_groups(names)) for t in xs], [(sizes, axes_groups(axes))], "s"
         )[0]
 
     def unstack(self, x: TensorRef, axis: int = 0, *, name: str | None = None) -> tuple[TensorRef, ...]:
@@ -194,16 +183,14 @@ class Builder:
         names = [f"d{i}" for i in range(len(x))]
         kept = [a for i, a in enumerate(names) if i != ax]
         piece = [s for i, s in enumerate(x.shape) if i != ax]
-        return self._add(
+        return self._along(
             "unstack",
             name,
-            "unstack",
             names,
             x.shape,
             [(x, axes_groups(names))],
             [(piece, axes_groups(kept))] * x.shape[ax],
-            locked=[names[ax]],
-            attrs={"axis": names[ax]},
+            names[ax],
         )
 
     def transpose(self, x: TensorRef, perm: Sequence[int], *, name: str | None = None) -> TensorRef:
