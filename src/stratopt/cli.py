@@ -7,11 +7,12 @@ mismatch; 2 bad input, one line on stderr. Defaults are the library's (:mod:`str
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from stratopt import __version__, report
@@ -23,9 +24,12 @@ from stratopt.harness.demo import demo
 from stratopt.importers import describe
 from stratopt.importers.common import UnmappedOperatorWarning
 from stratopt.instances import catalogue, forget_entry_points, load_instance, load_placement, load_priced
+from stratopt.machine import get_machine, write_machine
 from stratopt.placement import ALGORITHMS, place
 from stratopt.placement.instance import PlacementInstance
 from stratopt.planning import parse_stages, plan, plan_pipeline, whole_nodes
+from stratopt.planning.calibrate import calibrate_file, predict_file
+from stratopt.planning.predict import Run, parse_decoder, predict
 from stratopt.problem import evaluate, parse_assignment
 from stratopt.sim import mcmc
 from stratopt.sim.runs import simulate_job, simulate_network
@@ -39,6 +43,11 @@ OK, NO_SOLUTION, BAD_INPUT = 0, 1, 2
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _show(args: argparse.Namespace, data: Any, render: Callable[[], object]) -> None:
+    """``--json``: ``data`` as one JSON object; otherwise ``render()`` prints the report."""
+    print(json.dumps(data)) if args.json else render()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,13 +70,11 @@ def _positive(kind: type, unit: str) -> Callable[[str], Any]:
     return parse
 
 
-_seconds = _positive(float, "number of seconds")
-_count = _positive(int, "integer")
+_seconds, _count = _positive(float, "number of seconds"), _positive(int, "integer")
 
 
 def _count_or_auto(text: str) -> int | str:
-    """An argparse type: a positive integer or ``auto``."""
-    return "auto" if text == "auto" else _positive(int, "integer or auto")(text)
+    return "auto" if text == "auto" else _positive(int, "integer or auto")(text)  # an argparse type
 
 
 _PRICING = {"procs": "procs", "profile": "profile", "machine": "machine", "memory_gb": "memory"}
@@ -85,58 +92,41 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 def _solve_cmd(args: argparse.Namespace) -> int:
     """solve a problem: assignment, cost and proven bound
 
-    Solve a problem and print the assignment, its cost and the proven bound. Without --solver, 'auto' picks
-    the best exact solver that applies and says which it used.
+    Without --solver, 'auto' picks the best exact solver that applies and says which it used.
     """
     problem, costing = _load(args)
     result = solve_named(
         problem, args.solver, time_limit=args.time_limit, seed=args.seed, ray=args.ray, progress=_stderr
     )
     explain = costing.explain(result.assignment) if costing and args.explain and result.assignment else None
-    if args.json:
-        out = result.to_dict(args.instance)
-        if costing is not None:
-            out["graph"] = costing.describe(result.assignment)
-        if explain is not None:
-            out["explain"] = explain
-        print(json.dumps(out))
-    else:
-        report.print_result(problem, result, args.instance)
-        if explain is not None:
-            report.print_explain(explain, costing.units)
+    data = report.result_json(result, args.instance, costing, explain)
+    _show(args, data, lambda: report.print_result(problem, result, args.instance, costing, explain))
     return OK if result.status in (Status.OPTIMAL, Status.FEASIBLE) else NO_SOLUTION
 
 
 def _compare_cmd(args: argparse.Namespace) -> int:
     """run several solvers and cross-check their answers
 
-    Run several solvers, recompute every answer's cost, and check that the exact solvers agree, that no bound
-    exceeds a feasible cost and that no answer beats a proven optimum. Exit code 1 on a mismatch.
+    Recompute every answer's cost; check that exact optima agree, that no bound exceeds a feasible cost and no
+    answer beats a proven optimum (exit code 1 on a mismatch).
     """
     problem, _ = _load(args)
     names = solver_names(args.solvers, problem)
     comparison = compare(problem, names, time_limit=args.time_limit, progress=_stderr, raise_on_mismatch=False)
-    if args.json:
-        print(json.dumps(comparison.to_dict(args.instance)))
-    else:
-        report.print_comparison(comparison)
+    _show(args, comparison.to_dict(args.instance), lambda: report.print_comparison(comparison))
     return OK if comparison.agree else NO_SOLUTION
 
 
 def _demo_cmd(args: argparse.Namespace) -> int:
     """a one-minute tour: a network solved three ways, its strategy, a plot
 
-    Build a network from models/, solve it with the DP, CP-SAT and greedy, show that they agree, print the
-    optimal strategy operator by operator, and plot the optimal cost against the device count.
+    Solve a network with the DP, CP-SAT and greedy, show that they agree, print the strategy, plot the optimum.
     """
     return OK if demo(args.network, args.procs, None if args.no_plot else args.plot) else NO_SOLUTION
 
 
 def _models_cmd(args: argparse.Namespace) -> int:
-    """list the networks and placement jobs in models/ and the built-in problems
-
-    List the networks (operator graphs in models/) with their sizes, the placement jobs, the built-in problems.
-    """
+    """list the networks and placement jobs in models/ and the built-in problems"""
     found = catalogue()
     print(json.dumps(found)) if args.json else report.print_models(found)
     return OK
@@ -145,18 +135,14 @@ def _models_cmd(args: argparse.Namespace) -> int:
 def _place_cmd(args: argparse.Namespace) -> int:
     """place a job graph on heterogeneous devices (seed 004 and its anchors)
 
-    Place every node of a job graph on one device: makespan (simulated), seed 004's JCT, and for cpsat the
-    proven bound. Exit code 1 when no placement was found (infeasible memory, or the time ran out).
+    Makespan (simulated), seed 004's JCT, and for cpsat the proven bound; exit code 1 when nothing was placed.
     """
     inst = load_placement(args.instance)
     if args.algo not in ALGORITHMS:
         raise ModelError(f"unknown placement algorithm {args.algo!r}; choose from: {', '.join(ALGORITHMS)}")
     _stderr(f"{inst.describe()}; placing with {args.algo}")
     result = place(inst, args.algo, time_limit=args.time_limit, seed=args.seed)
-    if args.json:
-        print(json.dumps(result.to_dict()))
-    else:
-        report.print_placement(result)
+    _show(args, result.to_dict(), lambda: report.print_placement(result))
     return OK if result.placement is not None else NO_SOLUTION
 
 
@@ -170,8 +156,7 @@ def _costing(args: argparse.Namespace, command: str) -> Any:
 def _simulate_cmd(args: argparse.Namespace) -> int:
     """simulate a strategy's training step (or a placement): iteration time, utilisation, trace
 
-    Simulate one training step of a network's strategy as FlexFlow does (by default the additive model's
-    optimum): iteration time, device utilisation, critical path, a Chrome trace and a Gantt chart. For a
+    One training step of a strategy (default: the additive model's optimum) as FlexFlow simulates it; for a
     placement job, --placement gives the node -> device map.
     """
     if isinstance(load_instance(args.instance), PlacementInstance):
@@ -186,12 +171,8 @@ def _simulate_cmd(args: argparse.Namespace) -> int:
     info = simulate_network(
         costing, strategy=args.strategy, solver=args.solver, trace=args.trace, gantt=args.gantt, notes=_stderr
     )
-    procs, units = costing.policy.procs, costing.units
-    if args.json:
-        head = {"instance": args.instance, "procs": procs, "profile": costing.profile.name, "units": units}
-        print(json.dumps({**head, **info}))
-    else:
-        report.print_simulation(costing.graph.name, procs, info["strategy"]["source"], info, units)
+    head = {"instance": args.instance, "procs": costing.policy.procs, "profile": costing.profile.name}
+    _show(args, {**head, "units": costing.units, **info}, lambda: report.print_simulation(costing, info))
     return OK
 
 
@@ -201,10 +182,8 @@ def _simulate_pipeline(args: argparse.Namespace, costing: Any) -> int:
         raise ModelError("--stages searches each stage's strategy itself; leave out --strategy and --solver")
     p, machine = costing.policy.procs, costing.profile.machine
     info = plan_pipeline(costing.graph, *whole_nodes(p, machine), machine, **_staging(args))
-    if args.json:
-        print(json.dumps({"instance": args.instance, "procs": p, "units": costing.units, "pipeline": info}))
-    else:
-        report.print_pipeline_step(costing.graph.name, p, info)
+    data = {"instance": args.instance, "procs": p, "units": costing.units, "pipeline": info}
+    _show(args, data, lambda: report.print_pipeline_step(costing.graph.name, p, info))
     return OK
 
 
@@ -216,19 +195,14 @@ def _simulate_placement(args: argparse.Namespace) -> int:
     if given:
         raise ModelError(f"{args.instance}: {', '.join(given)} apply to networks, not to a placement job")
     out = simulate_job(inst, args.placement, trace=args.trace, gantt=args.gantt, notes=_stderr)
-    if args.json:
-        print(json.dumps(out))
-    else:
-        how = "the given device order" if out["policy"] == "order" else "dispatch in order of readiness"
-        report.print_schedule(inst.name, out["makespan"], out["jct"], out["tasks"], how, args.show)
+    _show(args, out, lambda: report.print_schedule(inst.name, out, args.show))
     return OK
 
 
 def _search_cmd(args: argparse.Namespace) -> int:
     """search strategies with MCMC on the simulated iteration time (FlexFlow)
 
-    Markov chain Monte Carlo over strategies: each proposal gives one operator another configuration, priced
-    by the delta simulation and accepted with probability min(1, exp(-beta * relative slowdown)).
+    Each proposal gives one operator another configuration, priced by the delta simulation.
     """
     costing = _costing(args, "search")
     how: Any = args.start if args.start in ("dp", "data-parallel") else parse_assignment(args.start)
@@ -240,21 +214,15 @@ def _search_cmd(args: argparse.Namespace) -> int:
     budget = 1000 if args.budget is None and args.time_limit is None else args.budget
     r = mcmc(costing, how, budget=budget, time_limit=args.time_limit, beta=args.beta, seed=args.seed, progress=progress)
     out = r.to_dict(costing, args.start)
-    if args.json:
-        print(json.dumps({"instance": args.instance, **out}))
-    else:
-        costs = (out["start"]["additive_cost"], out["best"]["additive_cost"])
-        report.print_search(costing.graph.name, costing.policy.procs, costing.units, args.start, r, *costs)
+    _show(args, {"instance": args.instance, **out}, lambda: report.print_search(costing, args.start, r, out))
     return OK
 
 
 def _import_cmd(args: argparse.Namespace) -> int:
     """import a model (ONNX file or PyTorch entry point) as an operator graph
 
-    Read an ONNX model, or call a Python function (module:function or file.py:function, e.g.
-    stratopt.importers.hf:llama_70b) that returns a PyTorch model and its example inputs and trace it; map its
-    nodes to stratopt operators and optionally write the graph as stratopt-graph JSON. Unmapped operators are
-    priced as elementwise work, with a warning naming them.
+    An ONNX model, or a function (module:function, e.g. stratopt.importers.hf:llama_70b) returning a PyTorch
+    model and its example inputs; unmapped operators are priced as elementwise work, with a warning.
     """
 
     loaded = load_instance(args.model)
@@ -270,11 +238,8 @@ def _import_cmd(args: argparse.Namespace) -> int:
 def _plan_cmd(args: argparse.Namespace) -> int:
     """plan a model for a cluster, side by side with data parallel, FSDP and Megatron
 
-    Price MODEL on NODES x GPUS_PER_NODE devices, find the fastest strategy whose memory per device fits
-    (the exact DP; under the limit, a Lagrangian search with a lower bound), and measure data parallel, FSDP,
-    Megatron TP and Megatron with FSDP on the same model: step time (additive model and simulator), memory
-    per device, whether it fits. With --stages, also cuts the model into pipeline stages with their own
-    device groups and strategies and simulates the pipelined iteration.
+    The fastest strategy whose memory fits NODES x GPUS_PER_NODE devices, beside data parallel, FSDP and
+    Megatron priced the same way; with --stages, also pipeline stages and their simulated iteration.
     """
     parse_stages(args.stages)  # a bad --stages is refused before the long part
     if args.microbatches == "auto" and args.stages == "1":
@@ -290,17 +255,8 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         pipelined = plan_pipeline(
             graph, args.nodes, args.gpus_per_node, machine, memory_gb=result.memory_gb, beside=result, **_staging(args)
         )
-    if args.json:
-        out = result.to_dict()
-        if pipelined is not None:
-            out["pipeline"] = pipelined
-        print(json.dumps(out))
-    else:
-        report.print_plan(result)
-        if pipelined is not None:
-            report.print_pipeline(pipelined, result)
-        if args.export is not None:
-            print(f"wrote {args.export}")
+    data = {**result.to_dict(), **({"pipeline": pipelined} if pipelined is not None else {})}
+    _show(args, data, lambda: report.print_plan(result, pipelined, args.export))
     return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
 
 
@@ -310,17 +266,49 @@ def _staging(args: argparse.Namespace) -> dict[str, Any]:
     return {**{k: getattr(args, k) for k in keys}, "progress": None if args.json else _stderr, "notes": _stderr}
 
 
+def _predict_cmd(args: argparse.Namespace) -> int:
+    """predict a decoder's training step, or every row of a measurements file
+
+    Step time, tokens/s, MFU, HFU and memory per GPU of a decoder shape (mpt:layers=L,d_model=D,heads=H,vocab=V)
+    under a strategy, on the machine's calibration; with --measurements, every row beside its measured throughput.
+    """
+    machine = get_machine(args.machine)
+    if args.measurements is not None:
+        out = predict_file(args.measurements, machine)
+        _show(args, out, lambda: report.print_measured(out, f"tokens/s per GPU on {machine.name}"))
+        return OK
+    if args.model is None or args.seq is None:
+        raise ModelError("predict needs MODEL and --seq, or --measurements FILE")
+    model = parse_decoder(args.model)
+    run = Run(
+        args.seq, args.nodes, args.gpus_per_node, args.strategy, args.micro_batch, args.grad_accum, args.recompute
+    )
+    p = predict(model, run, machine)
+    _show(args, {"model": args.model, **p.to_dict()}, lambda: report.print_prediction(model, run, p))
+    return OK
+
+
+def _calibrate_cmd(args: argparse.Namespace) -> int:
+    """fit a machine's free parameters to measured runs; write a machine file
+
+    Least squares on log error over the rows of FILE (with --fit-seq-max, only the shorter sequences; the
+    others are then predicted as held out); -o writes a machine file every command takes as --machine.
+    """
+    fitted, out = calibrate_file(args.file, get_machine(args.machine), fit_seq_max=args.fit_seq_max, progress=_stderr)
+    write_machine(dataclasses.replace(fitted, name=Path(args.output).stem), args.output)
+    _show(args, out, lambda: report.print_calibration(out, args.output))
+    return OK
+
+
 def _evaluate_cmd(args: argparse.Namespace) -> int:
     """price and check an assignment as the IOPDDL contest does
 
-    Price an assignment exactly as the IOPDDL contest does and check it; exit code 1 when it is infeasible.
+    Exit code 1 when it is infeasible.
     """
     problem, _ = _load(args)
     ev = evaluate(problem, parse_assignment(args.assignment))
-    if args.json:
-        print(json.dumps({"instance": args.instance, **ev.to_dict(), "usage_limit": problem.usage_limit}))
-    else:
-        report.print_evaluation(problem, ev)
+    data = {"instance": args.instance, **ev.to_dict(), "usage_limit": problem.usage_limit}
+    _show(args, data, lambda: report.print_evaluation(problem, ev))
     return OK if ev.feasible else NO_SOLUTION
 
 
@@ -447,6 +435,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, _import_cmd)
     p.add_argument("model", metavar="MODEL", help="an ONNX file, an entry point (module:function), or a graph")
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the operator graph here")
+    p = _add(sub, _predict_cmd)
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="a decoder shape, e.g. mpt:layers=32,d_model=4096,heads=32,vocab=50368",
+    )
+    p.add_argument("--measurements", metavar="FILE.csv", help="predict every row of a measurements file instead")
+    p.add_argument("--seq", type=_count, metavar="S", help="tokens per sequence")
+    p.add_argument("--nodes", type=_count, default=1, metavar="N", help="nodes (1)")
+    p.add_argument("--gpus-per-node", type=_count, default=8, metavar="G", help="GPUs per node (8)")
+    p.add_argument("--strategy", default="fsdp", metavar="S", help="fsdp (default), zero2, ddp or megatron-tpT")
+    p.add_argument("--micro-batch", type=_count, default=1, metavar="B", help="sequences per GPU per micro-batch (1)")
+    p.add_argument("--grad-accum", type=_count, default=1, metavar="A", help="micro-batches per step (1)")
+    p.add_argument("--recompute", action="store_true", help="recompute every block's activations")
+    p.add_argument("--machine", default="h100", metavar="M", help="a preset or a machine file (h100)")
+    _options(p, "json")
+    p = _add(sub, _calibrate_cmd)
+    p.add_argument("file", metavar="FILE.csv", help="measured runs (the columns of ../shared/measurements)")
+    p.add_argument("--machine", default="h100", metavar="M", help="the machine to start from (h100)")
+    p.add_argument("--output", "-o", required=True, metavar="FILE.json", help="where to write the machine file")
+    p.add_argument("--fit-seq-max", type=_count, metavar="S", help="fit only rows with sequences up to S")
+    _options(p, "json")
     p = _add(sub, _iopddl_cmd)
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
     p.add_argument("timeout", metavar="TIMEOUT", type=_seconds, help="seconds in all, reading the file included")
@@ -472,28 +483,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return OK
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", UnmappedOperatorWarning)
-            warnings.showwarning = _show_warning
+        with report.one_line_warnings(_stderr, UnmappedOperatorWarning):
             return args.func(args)  # type: ignore[no-any-return]
     except CrossCheckError as exc:  # a mismatch between solvers, not bad input
-        _stderr(f"stratopt: mismatch: {_one_line(str(exc))}")
+        _stderr(f"stratopt: mismatch: {report.one_line(str(exc))}")
         return NO_SOLUTION
     except NoSolutionError as exc:  # nothing found: a status, not bad input
-        _stderr(f"{args.instance}: {_one_line(str(exc))}")
+        _stderr(f"{args.instance}: {report.one_line(str(exc))}")
         return NO_SOLUTION
     except StratoptError as exc:
-        _stderr(f"stratopt: error: {_one_line(str(exc))}")
+        _stderr(f"stratopt: error: {report.one_line(str(exc))}")
         return BAD_INPUT
     except KeyboardInterrupt:
         _stderr("stratopt: interrupted")
         return 130
-
-
-def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    """Warnings reach the user as one line each, without the source line Python would show."""
-    _stderr(f"stratopt: warning: {_one_line(str(message))}")
-
-
-def _one_line(msg: str) -> str:
-    return " ".join(msg.split())

@@ -24,7 +24,7 @@ import numpy as np
 
 from stratopt.errors import ModelError
 
-__all__ = ["MACHINES", "Machine", "get_machine"]
+__all__ = ["MACHINES", "Machine", "get_machine", "read_machine", "write_machine"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,10 @@ class Machine:
         Per-message latency in microseconds.
     efficiency
         Fraction of peak that dense matrix products reach (the ``default`` profile's assumption).
+    calibration
+        Fitted parameters of the step predictor (``(name, value)`` pairs of
+        :class:`stratopt.planning.predict.Calibration`; empty: its defaults), as
+        ``stratopt calibrate`` writes them into a machine file.
     """
 
     name: str
@@ -62,6 +66,7 @@ class Machine:
     inter_latency_us: float = 0.0
     efficiency: float = 1.0
     description: str = ""
+    calibration: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("peak_tflops", "memory_gb", "hbm_gbps", "intra_gbps", "inter_gbps", "efficiency"):
@@ -74,7 +79,9 @@ class Machine:
             raise ModelError(f"machine {self.name!r}: latencies must not be negative")
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        out["calibration"] = dict(self.calibration)
+        return out
 
     # -- links -----------------------------------------------------------------------------------
 
@@ -161,13 +168,91 @@ MACHINES: dict[str, Machine] = {
         inter_latency_us=8.0,
         efficiency=0.6,
         description="DGX H100 nodes: 8x H100-SXM5-80GB, BF16 989 TFLOPS, NVLink4 450 GB/s, NDR IB 50 GB/s per GPU",
+        # The step predictor's parameters fitted to the 52 measured MPT runs on H100s (llm-foundry's
+        # table, ../shared/measurements): `stratopt calibrate ../shared/measurements/mpt-h100-bf16.csv
+        # --machine h100 -o h100.json` from the predictor's defaults. Median |error| 2.9%, 90th
+        # percentile 5.2% (scripts/bench_fidelity.py).
+        calibration=(
+            ("attention_efficiency", 0.1802),
+            ("gemm_efficiency", 0.6262),
+            ("gemm_half_gflop", 184.8),
+            ("hbm_efficiency", 1.0),
+            ("network_efficiency", 0.8796),
+            ("overlap", 0.3291),
+            ("step_overhead_ms", 46.74),
+        ),
     ),
 }
 
 
+MACHINE_FORMAT, MACHINE_VERSION = "stratopt-machine", 1
+
+
 def get_machine(name: str) -> Machine:
-    """A preset machine by name; :class:`ModelError` lists the presets otherwise."""
-    try:
+    """A preset machine by name, or a machine file (``*.json``, as ``stratopt calibrate`` writes
+    it: :func:`read_machine`); :class:`ModelError` lists the presets otherwise."""
+    if name in MACHINES:
         return MACHINES[name]
-    except KeyError:
-        raise ModelError(f"unknown machine {name!r}; presets: {', '.join(MACHINES)}") from None
+    if name.endswith(".json"):
+        return read_machine(name)
+    raise ModelError(f"unknown machine {name!r}; presets: {', '.join(MACHINES)}, or a machine file (.json)")
+
+
+def read_machine(path: str) -> Machine:
+    """A machine file: ``{"format": "stratopt-machine", "version": 1, "machine": {Machine's
+    fields}}``; every field is checked, and a bad file is a one-line :class:`ModelError`."""
+    import json
+
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the machine file ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or data.get("format") != MACHINE_FORMAT or data.get("version") != MACHINE_VERSION:
+        raise ModelError(f'{path}: not a machine file (expected "format": "{MACHINE_FORMAT}", "version": 1)')
+    fields = data.get("machine")
+    if not isinstance(fields, dict):
+        raise ModelError(f"{path}: 'machine' must be a JSON object of the machine's fields")
+    known = set(Machine.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ModelError(f"{path}: unknown machine field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+    kinds = {"name": str, "description": str, "devices_per_node": int}
+    values: dict[str, object] = {}
+    for key, value in fields.items():
+        if key == "calibration":
+            if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
+                raise ModelError(f"{path}: 'calibration' must be an object of numbers")
+            value = tuple(sorted((str(k), float(v)) for k, v in value.items()))
+        elif not isinstance(value, kinds.get(key, (int, float))) or isinstance(value, bool):
+            raise ModelError(f"{path}: machine field {key!r} has the wrong type ({value!r})")
+        values[key] = value
+    missing = sorted(k for k in ("name", "peak_tflops", "memory_gb", "hbm_gbps", "devices_per_node") if k not in values)
+    if missing:
+        raise ModelError(f"{path}: the machine lacks {', '.join(missing)}")
+    try:
+        machine = Machine(**values)  # type: ignore[arg-type]
+    except ModelError as exc:
+        raise ModelError(f"{path}: {exc}") from None
+    if machine.calibration:
+        from stratopt.planning.predict import calibration_of
+
+        try:
+            calibration_of(machine)
+        except (ModelError, TypeError) as exc:
+            raise ModelError(f"{path}: {exc}") from None
+    return machine
+
+
+def write_machine(machine: Machine, path: str) -> None:
+    """Write ``machine`` as a machine file that :func:`get_machine` reads back."""
+    import json
+
+    data = {"format": MACHINE_FORMAT, "version": MACHINE_VERSION, "machine": machine.to_dict()}
+    try:
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=1)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot write the machine file ({exc.strerror})") from None

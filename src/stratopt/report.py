@@ -6,8 +6,10 @@ Each function writes to standard output (rich tables for tables, plain lines oth
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from stratopt.problem import Evaluation, StrategyProblem
@@ -52,7 +54,19 @@ def short_list(values: Sequence[int], limit: int = 40) -> str:
     return f"[{head}, ...] ({len(values)} entries; --json prints all)"
 
 
-def print_result(problem: StrategyProblem, result: Any, instance: str) -> None:
+def result_json(result: Any, instance: str, costing: Any = None, explain: Any = None) -> dict[str, Any]:
+    """``stratopt solve --json``: the result, and for a network its graph and (``--explain``) rows."""
+    out: dict[str, Any] = result.to_dict(instance)
+    if costing is not None:
+        out["graph"] = costing.describe(result.assignment)
+    if explain is not None:
+        out["explain"] = explain
+    return out
+
+
+def print_result(
+    problem: StrategyProblem, result: Any, instance: str, costing: Any = None, explain: Any = None
+) -> None:
     """One solve: status, objective, bound, gap, time and the assignment."""
     from rich.table import Table
 
@@ -70,6 +84,8 @@ def print_result(problem: StrategyProblem, result: Any, instance: str) -> None:
     if "error" in result.stats:
         table.add_row("error", str(result.stats["error"]))
     _console().print(table)
+    if explain is not None:
+        print_explain(explain, costing.units)
 
 
 def print_comparison(comparison: Any) -> None:
@@ -180,7 +196,13 @@ def print_placement(result: Any) -> None:
         print("note: this placement exceeds some device's memory (only etf and cpsat honour memory)")
 
 
-def print_schedule(name: str, makespan: float, jct: float, tasks: list[dict[str, Any]], how: str, show: int) -> None:
+def print_schedule(name: str, out: dict[str, Any], show: int) -> None:
+    """A simulated placement (:func:`stratopt.sim.runs.simulate_job`): makespan, JCT, the first tasks."""
+    how = "the given device order" if out["policy"] == "order" else "dispatch in order of readiness"
+    _print_schedule(name, out["makespan"], out["jct"], out["tasks"], how, show)
+
+
+def _print_schedule(name: str, makespan: float, jct: float, tasks: list[dict[str, Any]], how: str, show: int) -> None:
     """A simulated placement: makespan, JCT and its first ``show`` tasks."""
     print(f"{name}: makespan {makespan:g} ({how}); seed 004's JCT {jct:g}")
     for task in tasks[:show]:
@@ -189,7 +211,12 @@ def print_schedule(name: str, makespan: float, jct: float, tasks: list[dict[str,
         print(f"  ... {len(tasks) - show} more (--json prints all)")
 
 
-def print_simulation(name: str, procs: int, source: str, info: dict[str, Any], units: str) -> None:
+def print_simulation(costing: Any, info: dict[str, Any]) -> None:
+    """A simulated step (:func:`stratopt.sim.runs.simulate_network`) of a priced network."""
+    _print_simulation(costing.graph.name, costing.policy.procs, info["strategy"]["source"], info, costing.units)
+
+
+def _print_simulation(name: str, procs: int, source: str, info: dict[str, Any], units: str) -> None:
     """A simulated training step (:func:`stratopt.sim.summary`'s figures)."""
     print(
         f"{name} on {procs} devices, strategy from {source}: iteration time "
@@ -203,7 +230,13 @@ def print_simulation(name: str, procs: int, source: str, info: dict[str, Any], u
         print("busiest links: " + ", ".join(f"{k} {v:,.1f}" for k, v in info["busiest_links"].items()))
 
 
-def print_search(name: str, procs: int, units: str, start: str, r: Any, start_cost: float, best_cost: float) -> None:
+def print_search(costing: Any, start: str, r: Any, out: dict[str, Any]) -> None:
+    """An MCMC search (:func:`stratopt.sim.mcmc`): its start and best strategies under both models."""
+    costs = (out["start"]["additive_cost"], out["best"]["additive_cost"])
+    _print_search(costing.graph.name, costing.policy.procs, costing.units, start, r, *costs)
+
+
+def _print_search(name: str, procs: int, units: str, start: str, r: Any, start_cost: float, best_cost: float) -> None:
     """An MCMC search: proposals, and the start's and the best strategy's times."""
     gain = 1.0 - r.best_time / r.start_time if r.start_time else 0.0
     print(
@@ -223,8 +256,17 @@ def print_evaluation(problem: StrategyProblem, ev: Evaluation) -> None:
     print("feasible: yes" if ev.feasible else f"feasible: no: {ev.violation}")
 
 
-def print_plan(result: Any) -> None:
-    """``stratopt plan``: the plan in words, then the plan and every baseline side by side."""
+def print_plan(result: Any, pipelined: dict[str, Any] | None = None, exported: str | None = None) -> None:
+    """``stratopt plan``: the plan in words, the plan and every baseline side by side, then the
+    pipeline (``--stages``) and where the plan was exported."""
+    _print_plan(result)
+    if pipelined is not None:
+        print_pipeline(pipelined, result)
+    if exported is not None:
+        print(f"wrote {exported}")
+
+
+def _print_plan(result: Any) -> None:
     c = result.cluster
     print(f"{result.model} on {c.describe()}; memory limit {result.memory_gb:g} GB per device")
     plan = result.plan
@@ -325,3 +367,64 @@ def _print_stages(info: dict[str, Any], limit: float | None) -> None:
             )
         )
     _print_rows(rows, right={0, 2, 3, 4})
+
+
+def print_prediction(model: Any, run: Any, p: Any) -> None:
+    """One predicted step: time, throughput, utilisation, memory, and where the time goes."""
+    print(
+        f"{model.name} ({model.params / 1e9:.2f} B parameters), sequence {run.seq}, {run.nodes} x {run.gpus_per_node} GPUs, "
+        f"{run.strategy}{' with recomputation' if run.recompute else ''}, micro-batch {run.micro_batch} x {run.grad_accum}"
+    )
+    print(f"step {p.step_time * 1e3:,.1f} ms: {p.tokens_per_s:,.0f} tokens/s, {p.tokens_per_s_per_gpu:,.0f} per GPU")
+    print(
+        f"MFU {p.mfu:.1f}%, HFU {p.hfu:.1f}%; memory {p.memory / 1e9:.1f} GB per GPU ({'fits' if p.fits else 'does not fit'})"
+    )
+    print("time: " + ", ".join(f"{k.replace('_', ' ')} {v * 1e3:,.1f} ms" for k, v in p.parts.items()))
+
+
+def print_measured(out: dict[str, Any], title: str) -> None:
+    """Predicted against measured throughput, row by row, and the summary figures."""
+    table = _table(
+        ("model", "seq", "gpus", "recompute", "mb x acc", "predicted", "measured", "error"), ("model",), title=title
+    )
+    for r in out["rows"]:
+        table.add_row(
+            r["model"], str(r["seq_len"]), str(r["gpus"]), "yes" if r["recompute"] else "no",
+            f"{r['micro_batch']} x {r['grad_accum']}", f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
+            f"{r['measured']:,.0f}", f"{100 * r['error']:+.1f}%",
+        )  # fmt: skip
+    _console().print(table)
+    by_model = ", ".join(f"{m} {rho:.2f}" for m, rho in out["spearman_by_model"].items() if rho is not None)
+    print(
+        f"median |error| {100 * out['median_abs_error']:.1f}%, 90th percentile {100 * out['p90_abs_error']:.1f}%, "
+        f"Spearman {out['spearman']:.3f} (within a model: {by_model or '-'})"
+    )
+
+
+def print_calibration(out: dict[str, Any], path: str) -> None:
+    """A calibration (:func:`stratopt.planning.calibrate.calibrate_file`): the fitted rows, the held-out
+    ones, and the parameters written to ``path``."""
+    print_measured({**out, "rows": out["fitted_rows"]}, "fitted rows (tokens/s per GPU)")
+    if "held_out" in out:
+        print_measured(out["held_out"], "held-out rows, not fitted")
+    print(f"wrote {path}: " + ", ".join(f"{k} {v:.4g}" for k, v in out["calibration"].items()))
+
+
+def one_line(msg: str) -> str:
+    """A message on one line (white space folded)."""
+    return " ".join(msg.split())
+
+
+@contextlib.contextmanager
+def one_line_warnings(say: Callable[[str], None], *always: type[Warning]) -> Iterator[None]:
+    """Warnings reach the user as one line each through ``say`` (without the source line Python
+    would show); the ``always`` categories every time they occur."""
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        say(f"stratopt: warning: {one_line(str(message))}")
+
+    with warnings.catch_warnings():
+        for category in always:
+            warnings.simplefilter("always", category)
+        warnings.showwarning = show
+        yield
