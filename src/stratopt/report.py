@@ -385,7 +385,7 @@ def print_prediction(model: Any, run: Any, p: Any) -> None:
 def print_measured(out: dict[str, Any], title: str) -> None:
     """Predicted against measured throughput, row by row, and the summary figures."""
     table = _table(
-        ("model", "seq", "gpus", "recompute", "mb x acc", "predicted", "measured", "error"), ("model",), title=title
+        ("model", "seq", "gpus", "ckpt", "mb x acc", "predicted", "measured", "error"), ("model",), title=title
     )
     for r in out["rows"]:
         table.add_row(
