@@ -262,3 +262,59 @@ def test_cli(tmp_path, capsys) -> None:
     ):
         assert main(bad) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_recompute_twins_price_a_second_forward_and_free_the_output() -> None:
+    """build(recompute=True) doubles every operator's configurations: the first half as without it
+    (costs and edge tables), each twin one more forward (a third of the step's compute, and the
+    forward-path communication again) and its outputs not held."""
+    from stratopt.cost.common import output_bytes
+
+    where = cluster(1, 4)
+    plain = build(mlp(), 4, machine=where.machine, cutoff=1)
+    twice = build(mlp(), 4, machine=where.machine, cutoff=1, recompute=True)
+    for v, op in enumerate(plain.graph.operators):
+        k = len(plain.configs[v])
+        a, b = plain.vertex_costs[v], twice.vertex_costs[v]
+        assert len(twice.configs[v]) == 2 * k and (twice.configs[v][k:] == plain.configs[v]).all()
+        assert np.allclose(b.compute[:k], a.compute) and np.allclose(b.memory[:k], a.memory)
+        assert np.allclose(b.compute[k:], a.compute * 4 / 3)
+        assert np.allclose(b.comm[k:], a.comm + a.phases()[0])
+        assert np.allclose(b.memory[k:], a.memory - output_bytes(op, plain.configs[v], 2))
+        assert all(twice.is_recomputed(v, c) == (c >= k) for c in range(2 * k))
+    for e in range(plain.problem.num_edges):
+        k_u, k_v = plain.problem.edge_cost(e).shape
+        assert (twice.problem.edge_cost(e)[:k_u, :k_v] == plain.problem.edge_cost(e)).all()
+
+
+def test_recompute_under_a_limit_mip_equals_brute() -> None:
+    """Recomputation as a choice in the one-hot problem: under a memory limit that binds, the MIP's
+    optimum equals brute force's, and it recomputes somewhere (the cheapest fitting strategy
+    without recomputation costs more, or does not exist)."""
+    g = GraphBuilder("small")
+    g.fc(g.fc(g.input((16, 64)), 64, pointwise=1), 16)
+    graph = g.build()
+    free = build(graph, 2, cutoff=4, recompute=True)
+    least_plain = sum(float(c.memory[: len(c.memory) // 2].min()) for c in free.vertex_costs)
+    least = sum(float(c.memory.min()) for c in free.vertex_costs)
+    limit_gb = (least + least_plain) / 2 / 1e9
+    bounded = build(graph, 2, cutoff=4, recompute=True, memory_gb=limit_gb)
+    brute = solve(bounded.problem, "brute")
+    highs = solve(bounded.problem, "mip-highs", time_limit=60)
+    assert brute.status.value == highs.status.value == "optimal"
+    assert brute.objective == pytest.approx(highs.objective)
+    assert any(bounded.is_recomputed(v, c) for v, c in enumerate(brute.assignment))
+
+
+def test_plan_recomputes_where_memory_binds() -> None:
+    """Under a limit below the least memory any strategy keeping its activations needs, the plan
+    still fits, by recomputing, and says so in its words."""
+    where = cluster(1, 4)
+    plain = build(mlp(), 4, machine=where.machine, cutoff=1, shard_weights=True)
+    twice = build(mlp(), 4, machine=where.machine, cutoff=1, shard_weights=True, recompute=True)
+    least_plain = sum(float(c.memory.min()) for c in plain.vertex_costs)
+    limit = (least_plain + sum(float(c.memory.min()) for c in twice.vertex_costs)) / 2
+    result = plan(mlp(), 1, 4, memory_gb=limit / 1e9, simulate=False)
+    assert result.plan.fits and result.plan.memory <= limit < least_plain
+    assert any(result.costing.is_recomputed(v, c) for v, c in enumerate(result.plan.assignment))
+    assert any("recomputed" in row["weights"] for row in result.plan.layers)

@@ -115,6 +115,20 @@ def test_unsplit_strategy_costs_the_additive_objective() -> None:
         assert timeline.makespan == pytest.approx(evaluate(costing.problem, unsplit).objective, rel=1e-12)
 
 
+def test_recomputed_unsplit_strategy_costs_the_additive_objective() -> None:
+    """Every operator unsplit and recomputed: the simulated step is still the additive objective,
+    each operator's forward as before and its backward one forward longer."""
+    costing = build(load_instance("vgg19"), 8, recompute=True)
+    again = [len(cfg) // 2 for cfg in costing.configs]  # the first recomputed twin: unsplit
+    assert all(
+        math.prod(cfg[c]) == 1 and costing.is_recomputed(v, c) for v, (cfg, c) in enumerate(zip(costing.configs, again))
+    )
+    timeline = simulate_tasks(StrategyTasks(costing, again).graph)
+    assert timeline.makespan == pytest.approx(evaluate(costing.problem, again).objective, rel=1e-12)
+    plain = [0] * len(again)
+    assert evaluate(costing.problem, again).objective > evaluate(costing.problem, plain).objective
+
+
 def test_algorithm_1_by_hand() -> None:
     """FIFO in order of readiness, ties by rank: b and c both wait for a; c has the lower rank."""
     g = TaskGraph(["d0", "d1"])

@@ -20,6 +20,7 @@ __all__ = [
     "lstm_relay",
     "memory_bytes",
     "needed_words",
+    "output_bytes",
     "per_device",
     "replicas",
     "span",
@@ -35,6 +36,8 @@ class VertexCosts:
     on the forward path (the output's reduction over split k), ``grad_sync`` the weight-gradient
     reduction that may overlap the rest of the backward pass; the remainder of ``comm`` is on the
     backward path. A profile that does not say puts half on each path and nothing in ``grad_sync``.
+    ``forward_compute`` is the forward pass's part of ``compute`` (default a third: a product's
+    backward pass is two products of its size); a recomputed configuration runs it twice.
     """
 
     compute: np.ndarray
@@ -42,10 +45,17 @@ class VertexCosts:
     memory: np.ndarray
     forward_comm: np.ndarray | None = None
     grad_sync: np.ndarray | None = None
+    forward_compute: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:
         return self.compute + self.comm
+
+    def compute_phases(self) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) compute per configuration; they sum to ``compute``."""
+        if self.forward_compute is None:
+            return self.compute / 3.0, 2.0 * self.compute / 3.0
+        return self.forward_compute, self.compute - self.forward_compute
 
     def phases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, gradient-sync) communication per configuration; they sum to ``comm``."""
@@ -214,6 +224,13 @@ def memory_bytes(op: Operator, configs: np.ndarray, dtype_bytes: int, state_byte
         if t.param:
             tile = t.use.size / np.prod(layout(op, t.use, configs), axis=1)
             total += tile * (2 * dtype_bytes + state_bytes)
+    return total + output_bytes(op, configs, dtype_bytes)
+
+
+def output_bytes(op: Operator, configs: np.ndarray, dtype_bytes: int) -> np.ndarray:
+    """Bytes of the operator's outputs one device holds under each configuration (kept for the
+    backward pass unless the operator is recomputed)."""
+    total = np.zeros(configs.shape[0], dtype=np.float64)
     for use in op.outputs:
         total += use.size / np.prod(layout(op, use, configs), axis=1) * dtype_bytes
     return total

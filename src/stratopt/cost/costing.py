@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, replicas
+from stratopt.cost.common import VertexCosts, output_bytes, replicas
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
 from stratopt.errors import ModelError
@@ -84,10 +84,16 @@ class Costing:
     stats: dict[str, Any] = field(default_factory=dict)
     #: Per operator, which configurations keep the weight state sharded (``shard_weights=True``).
     sharded: tuple[np.ndarray, ...] = ()
+    #: Per operator, which configurations recompute the outputs (``recompute=True``).
+    recomputed: tuple[np.ndarray, ...] = ()
 
     def is_sharded(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
         return bool(self.sharded[v][c]) if self.sharded else False
+
+    def is_recomputed(self, v: int, c: int) -> bool:
+        """Whether operator ``v``'s configuration ``c`` recomputes its outputs in the backward pass."""
+        return bool(self.recomputed[v][c]) if self.recomputed else False
 
     @property
     def units(self) -> str:
@@ -197,6 +203,7 @@ def build(
     exact: bool = False,
     cutoff: int | None = None,
     shard_weights: bool = False,
+    recompute: bool = False,
 ) -> Costing:
     """Price ``graph`` on ``procs`` devices of ``machine`` with a cost profile.
 
@@ -223,6 +230,12 @@ def build(
         Also offer, for every product whose weights are replicated (data parallelism), the same
         configuration with the weight state sharded over the replicas, FSDP / ZeRO-3 style
         (labelled ``... fsdp``; priced by the profile's ``sharded`` method; ``default`` only).
+    recompute
+        Also offer every configuration (sharded twins included) with the operator's outputs
+        recomputed in the backward pass instead of kept for it (labelled ``... recompute``): its
+        forward runs twice, communication on the forward path included, and its outputs are not
+        held. Each operator decides for itself (selective recomputation), so a search under a
+        memory limit recomputes where memory binds. ``default`` profile only.
 
     Raises
     ------
@@ -274,10 +287,26 @@ def build(
             if twins.size == 0:
                 continue
             base = _fields(unique_costs[key])
-            extra = _fields(prof.sharded(op, cfg[twins], VertexCosts(*(x[twins] for x in base))))
+            picked: list[Any] = [None if x is None else x[twins] for x in base]
             unique_configs[key] = np.vstack([cfg, cfg[twins]])
-            unique_costs[key] = VertexCosts(*(np.concatenate([a, b]) for a, b in zip(base, extra, strict=True)))
+            unique_costs[key] = _joined(base, _fields(prof.sharded(op, cfg[twins], VertexCosts(*picked))))
             unique_sharded[key] = np.concatenate([np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)])
+    unique_recomputed = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
+    if recompute:
+        if not hasattr(prof, "dtype_bytes"):
+            raise ModelError(f"profile {prof.name!r} cannot price recomputation (the default profile can)")
+        for key, v in first.items():
+            cfg, costs = unique_configs[key], unique_costs[key]
+            compute, comm, memory, fwd, sync, _ = _fields(costs)
+            ahead = costs.compute_phases()[0]
+            held = output_bytes(ops[v], cfg, prof.dtype_bytes)
+            again = (compute + ahead, comm + fwd, memory - held, fwd, sync, ahead)
+            unique_configs[key] = np.vstack([cfg, cfg])
+            unique_costs[key] = _joined(_fields(costs), again)
+            unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])
+            unique_recomputed[key] = np.concatenate(
+                [np.zeros(cfg.shape[0], dtype=bool), np.ones(cfg.shape[0], dtype=bool)]
+            )
     configs = tuple(unique_configs[key] for key in keys)
     vcosts = tuple(unique_costs[key] for key in keys)
     edges = tuple(graph.edges())
@@ -295,8 +324,10 @@ def build(
         matrices.append(table)
     unique_labels = {
         key: [
-            config_label(ops[v], row) + (" fsdp" if shard else "")
-            for row, shard in zip(unique_configs[key].tolist(), unique_sharded[key].tolist(), strict=True)
+            config_label(ops[v], row) + (" fsdp" if shard else "") + (" recompute" if again else "")
+            for row, shard, again in zip(
+                unique_configs[key].tolist(), unique_sharded[key].tolist(), unique_recomputed[key].tolist(), strict=True
+            )
         ]
         for key, v in first.items()
     }
@@ -330,13 +361,24 @@ def build(
         "priced_edges": len(tables),
     }
     sharded = tuple(unique_sharded[key] for key in keys) if shard_weights else ()
+    recomputed = tuple(unique_recomputed[key] for key in keys) if recompute else ()
     stats["sharded_choices"] = int(sum(x.sum() for x in sharded))
-    return Costing(
-        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, time.perf_counter() - start, stats, sharded
-    )
+    stats["recomputed_choices"] = int(sum(x.sum() for x in recomputed))
+    took = time.perf_counter() - start
+    return Costing(graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed)
 
 
-def _fields(c: VertexCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """compute, comm, memory and the forward and gradient-sync parts (their defaults filled in)."""
+def _fields(c: VertexCosts) -> tuple[Any, ...]:
+    """compute, comm, memory, the forward and gradient-sync communication (their defaults filled
+    in) and the forward compute (None for the default third), in :class:`VertexCosts`' order."""
     fwd, _, sync = c.phases()
-    return (c.compute, c.comm, c.memory, fwd, sync)
+    return (c.compute, c.comm, c.memory, fwd, sync, c.forward_compute)
+
+
+def _joined(first: tuple[Any, ...], then: tuple[Any, ...]) -> VertexCosts:
+    """The costs of ``first``'s configurations followed by ``then``'s (a forward compute left to
+    its default on one side and given on the other is filled in as the default)."""
+    if (first[-1] is None) != (then[-1] is None):
+        first, then = ((*side[:-1], side[0] / 3.0 if side[-1] is None else side[-1]) for side in (first, then))
+    joined: list[Any] = [None if a is None else np.concatenate([a, b]) for a, b in zip(first, then, strict=True)]
+    return VertexCosts(*joined)

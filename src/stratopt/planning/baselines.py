@@ -70,6 +70,9 @@ def _pick(
         twinned = {tuple(r) for r in table[shard].tolist()}
         # fsdp: the twin where there is one, else the configuration itself
         form = shard | np.array([tuple(r) not in twinned for r in table.tolist()]) if fsdp else ~shard
+        form &= ~np.array(
+            [costing.is_recomputed(v, c) for c in range(len(rows))], dtype=bool
+        )  # people keep activations
         ok = np.array([allowed(v, op, r) for r in rows]) & form
         if not ok.any() and fallback is not None:
             ok = np.array([fallback(v, op, r) for r in rows]) & form

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster
-from stratopt.planning.memory import solve_under_memory, strategy_memory
+from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.words import describe_layers
 from stratopt.problem import evaluate
@@ -77,10 +78,24 @@ def plan(
     if not limit_gb > 0:
         raise ModelError(f"the memory per device must be a positive number of GB, got {memory_gb!r}")
     # Any block size down to one element: data parallelism over as many devices as samples.
-    costing = build(graph, where.devices, profile="default", machine=where.machine, cutoff=1, shard_weights=True)
+    options: dict[str, Any] = {"profile": "default", "machine": where.machine, "cutoff": 1, "shard_weights": True}
+    costing = build(graph, where.devices, **options)
     say(costing.summary())
     limit = limit_gb * 1e9
     assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
+    fastest = exact_dp(costing.problem, time_limit)
+    if fastest is not None and strategy_memory(costing, fastest[0]) > limit:
+        # Memory binds: every operator may also recompute its outputs instead of keeping them. The
+        # configurations double; the first half is as before (so is every baseline and the plan
+        # found without recomputation, which stays a candidate), the bound is the larger space's.
+        costing = build(graph, where.devices, recompute=True, **options)
+        say(f"the fastest strategy needs more than {limit_gb:g} GB per device: recomputation offered per operator")
+        again, _, bound = solve_under_memory(costing, limit, time_limit, say)
+        answers = [a for a in (assignment, again) if a is not None]
+        if answers:
+            assignment = min(answers, key=lambda a: float(evaluate(costing.problem, a).objective))
+            cost = float(evaluate(costing.problem, assignment).objective)
+            status = "optimal" if bound is not None and cost - bound <= 1e-9 * max(cost, 1.0) else "feasible"
 
     def sharded(v: int, c: int) -> bool:
         return costing.is_sharded(v, c)
@@ -93,7 +108,7 @@ def plan(
             from stratopt.sim.trace import simulate_strategy
 
             simulated = float(simulate_strategy(costing, a)[1]["iteration_time"])
-        layers = tuple(describe_layers(graph, costing.configs, a, sharded))
+        layers = tuple(describe_layers(graph, costing.configs, a, sharded, costing.is_recomputed))
         return Strategy(name, a, estimate, simulated, memory, memory <= limit, note, layers)
 
     results: list[Strategy] = []

@@ -18,11 +18,16 @@ _LAYER = re.compile(r"\d+")
 
 
 def describe_layers(
-    graph: Graph, configs: tuple[np.ndarray, ...], assignment: tuple[int, ...], sharded: Callable[[int, int], bool]
+    graph: Graph,
+    configs: tuple[np.ndarray, ...],
+    assignment: tuple[int, ...],
+    sharded: Callable[[int, int], bool],
+    recomputed: Callable[[int, int], bool] | None = None,
 ) -> list[dict]:
     """The strategy in words, for every operator that holds weights: data-parallel degree (batch
     split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads),
-    whether its weights are sharded. Operators named alike up to a layer number (``layers.3.mlp``)
+    whether its weights are sharded (and, with ``recomputed``, whether its output is recomputed in
+    the backward pass). Operators named alike up to a layer number (``layers.3.mlp``)
     with the same words are one row (``layers.*.mlp``, with the layer numbers)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     batches = batch_axes(graph)
@@ -47,6 +52,8 @@ def describe_layers(
         held = float(weight_tile(op, configs[v][assignment[v] : assignment[v] + 1])[0])
         divided = held < sum(i.use.size for i in op.inputs if i.param)
         weights = "sharded (FSDP)" if fsdp else ("split" if divided else "replicated")
+        if recomputed is not None and recomputed(v, assignment[v]):
+            weights += ", output recomputed"
         numbers = _LAYER.findall(op.name)
         pattern = _LAYER.sub("*", op.name) if numbers else op.name
         words = f"TP {tp}{f' ({how})' if how else ''}, DP {dp}, weights {weights}"

@@ -248,6 +248,7 @@ class StrategyTasks:
             self._cons_dims.append(tuple(tuple(self.ops[v].axis_index(a) for a in g) for g in consumed.use.dims))
             self._shapes.append(produced.shape)
         self._phases = [vc.phases() for vc in costing.vertex_costs]
+        self._compute = [vc.compute_phases() for vc in costing.vertex_costs]
         self.graph = TaskGraph([f"dev{d}" for d in range(self.procs)])
         self.assignment = [int(c) for c in assignment]
         if len(self.assignment) != self.n:
@@ -279,23 +280,21 @@ class StrategyTasks:
         c = self.assignment[v]
         parts = math.prod(self.config(v))
         devs = self.devices_of(parts)
-        compute = float(self.costing.vertex_costs[v].compute[c])
+        ahead, behind = (float(x[c]) for x in self._compute[v])
         fwd, bwd, sync = (float(x[c]) for x in self._phases[v])
         g, slots, name = self.graph, self.n, self.ops[v].name
         back = self.n - 1 - v
         tasks: dict[str, list[int]] = {"F": [], "C": [], "B": [], "CB": [], "G": []}
         if parts == 1:  # no collective on one device: its communication is local work
-            tasks["F"].append(g.add(_rank(0, v, _COMPUTE, 0, slots), devs[0], compute / 3.0 + fwd, (0, 1, name, 0, "")))
-            t = g.add(
-                _rank(1, back, _COMPUTE, 0, slots), devs[0], 2.0 * compute / 3.0 + bwd + sync, (1, 1, name, 0, "")
-            )
+            tasks["F"].append(g.add(_rank(0, v, _COMPUTE, 0, slots), devs[0], ahead + fwd, (0, 1, name, 0, "")))
+            t = g.add(_rank(1, back, _COMPUTE, 0, slots), devs[0], behind + bwd + sync, (1, 1, name, 0, ""))
             tasks["B"].append(t)
             g.depend(tasks["F"][0], t)
             self._op_tasks[v] = tasks
             return
         for j, d in enumerate(devs):
-            tasks["F"].append(g.add(_rank(0, v, _COMPUTE, j, slots), d, compute / 3.0, (0, 1, name, j, "")))
-            tasks["B"].append(g.add(_rank(1, back, _COMPUTE, j, slots), d, 2.0 * compute / 3.0, (1, 1, name, j, "")))
+            tasks["F"].append(g.add(_rank(0, v, _COMPUTE, j, slots), d, ahead, (0, 1, name, j, "")))
+            tasks["B"].append(g.add(_rank(1, back, _COMPUTE, j, slots), d, behind, (1, 1, name, j, "")))
             g.depend(tasks["F"][j], tasks["B"][j])
         for key, phase, kind, exe, after in (
             ("C", 0, _COLL, fwd, "F"),
