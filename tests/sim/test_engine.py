@@ -121,7 +121,8 @@ def test_recomputed_unsplit_strategy_costs_the_additive_objective() -> None:
     costing = build(load_instance("vgg19"), 8, recompute=True)
     again = [len(cfg) // 2 for cfg in costing.configs]  # the first recomputed twin: unsplit
     assert all(
-        math.prod(cfg[c]) == 1 and costing.is_recomputed(v, c) for v, (cfg, c) in enumerate(zip(costing.configs, again))
+        math.prod(cfg[c]) == 1 and costing.is_recomputed(v, c)
+        for v, (cfg, c) in enumerate(zip(costing.configs, again, strict=True))
     )
     timeline = simulate_tasks(StrategyTasks(costing, again).graph)
     assert timeline.makespan == pytest.approx(evaluate(costing.problem, again).objective, rel=1e-12)
