@@ -108,7 +108,7 @@ def parse_decoder(text: str) -> Decoder:
     ``mlp_ratio`` is optional, default 4).
 
     >>> parse_decoder("mpt:layers=32,d_model=4096,heads=32,vocab=50368").params / 1e9
-    6.64850432
+    6.648758272
     """
     match = _SHAPE.match(text.strip())
     if match is None:
