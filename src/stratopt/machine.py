@@ -201,15 +201,11 @@ def get_machine(name: str) -> Machine:
 def read_machine(path: str) -> Machine:
     """A machine file: ``{"format": "stratopt-machine", "version": 1, "machine": {Machine's
     fields}}``; every field is checked, and a bad file is a one-line :class:`ModelError`."""
-    import json
+    from pathlib import Path
 
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read the machine file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    from stratopt.problem import read_json
+
+    data = read_json(Path(path))
     if not isinstance(data, dict) or data.get("format") != MACHINE_FORMAT or data.get("version") != MACHINE_VERSION:
         raise ModelError(f'{path}: not a machine file (expected "format": "{MACHINE_FORMAT}", "version": 1)')
     fields = data.get("machine")

@@ -275,10 +275,14 @@ def build(
         first.setdefault(key, v)
     unique_configs = {key: configurations(ops[v], policy) for key, v in first.items()}
     unique_costs = {key: prof.vertex(ops[v], unique_configs[key]) for key, v in first.items()}
+    for asked, needs, what in (
+        (shard_weights, "sharded", "sharded weights"),
+        (recompute, "dtype_bytes", "recomputation"),
+    ):
+        if asked and not hasattr(prof, needs):
+            raise ModelError(f"profile {prof.name!r} cannot price {what} (the default profile can)")
     unique_sharded = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     if shard_weights:
-        if not hasattr(prof, "sharded"):
-            raise ModelError(f"profile {prof.name!r} cannot price sharded weights (the default profile can)")
         for key, v in first.items():
             op, cfg = ops[v], unique_configs[key]
             if op.op not in ("gemm", "conv") or not any(i.param for i in op.inputs):
@@ -293,8 +297,6 @@ def build(
             unique_sharded[key] = np.concatenate([np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)])
     unique_recomputed = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     if recompute:
-        if not hasattr(prof, "dtype_bytes"):
-            raise ModelError(f"profile {prof.name!r} cannot price recomputation (the default profile can)")
         for key, v in first.items():
             cfg, costs = unique_configs[key], unique_costs[key]
             compute, comm, memory, fwd, sync, _ = _fields(costs)

@@ -21,7 +21,7 @@ import numpy as np
 
 from stratopt.errors import ModelError
 from stratopt.machine import Machine
-from stratopt.planning.predict import Decoder, Run, calibration_of, predict
+from stratopt.planning.predict import Calibration, Decoder, Run, calibration_of, predict
 
 __all__ = [
     "FITTED",
@@ -37,16 +37,8 @@ __all__ = [
 _INTS = ("layers", "d_model", "heads", "vocab", "seq_len", "gpus", "gpus_per_node", "micro_batch", "grad_accum")
 _NEEDED = ("model", *_INTS, "strategy", "recompute", "tokens_per_s_per_gpu")
 
-#: The parameters :func:`calibrate` fits, with their bounds.
-FITTED: dict[str, tuple[float, float]] = {
-    "gemm_efficiency": (0.2, 1.0),
-    "gemm_half_gflop": (0.001, 10000.0),
-    "attention_efficiency": (0.05, 1.0),
-    "hbm_efficiency": (0.1, 1.0),
-    "network_efficiency": (0.05, 1.0),
-    "overlap": (0.0, 1.0),
-    "step_overhead_ms": (0.0, 500.0),
-}
+#: The parameters :func:`calibrate` fits, with their bounds (each field's ``fit`` metadata).
+FITTED: dict[str, tuple[float, float]] = {f.name: f.metadata["fit"] for f in dataclasses.fields(Calibration)}
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
+from stratopt.problem import read_json
 
 FORMAT, VERSION = "stratopt-plan", 1
 
@@ -81,13 +83,7 @@ def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
     >>> loaded.model, loaded.cluster["devices"], len(loaded.operators)
     ('alexnet', 2, 14)
     """
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read the plan ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(Path(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ModelError(f'{path}: not a stratopt plan (expected "format": "{FORMAT}")')
     if data.get("version") != VERSION:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from stratopt.errors import ModelError
@@ -52,15 +52,17 @@ class Calibration:
     ``network_efficiency``: the fraction of link bandwidth collectives reach;
     ``overlap``: the fraction of the compute that communication can hide under;
     ``step_overhead_ms``: a fixed cost per step (launches, the data loader, logging).
+    Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
+    fits it within.
     """
 
-    gemm_efficiency: float = 0.7
-    gemm_half_gflop: float = 1.0
-    attention_efficiency: float = 0.4
-    hbm_efficiency: float = 0.7
-    network_efficiency: float = 0.7
-    overlap: float = 0.8
-    step_overhead_ms: float = 5.0
+    gemm_efficiency: float = field(default=0.7, metadata={"fit": (0.2, 1.0)})
+    gemm_half_gflop: float = field(default=1.0, metadata={"fit": (0.001, 10000.0)})
+    attention_efficiency: float = field(default=0.4, metadata={"fit": (0.05, 1.0)})
+    hbm_efficiency: float = field(default=0.7, metadata={"fit": (0.1, 1.0)})
+    network_efficiency: float = field(default=0.7, metadata={"fit": (0.05, 1.0)})
+    overlap: float = field(default=0.8, metadata={"fit": (0.0, 1.0)})
+    step_overhead_ms: float = field(default=5.0, metadata={"fit": (0.0, 500.0)})
 
     def __post_init__(self) -> None:
         for f in fields(self):

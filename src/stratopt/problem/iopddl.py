@@ -73,7 +73,7 @@ def read_json(path: Path) -> Any:
     except FileNotFoundError:
         raise ModelError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, not a problem file") from None
+        raise ModelError(f"{path}: is a directory, not a file") from None
     except OSError as exc:
         raise ModelError(f"{path}: cannot read ({exc.strerror})") from None
     if raw[:2] == b"\x1f\x8b":
