@@ -15,15 +15,17 @@ operator graph) and rebuilds one operator's part when its configuration changes.
   stays local), consistent splits of the same tensor dimension put the same slice on the same
   device, and a coarser split's partition sits on a device that already holds part of its data:
   the locality a fixed per-operator rule can give.
-- Forward: one compute task per partition (a third of the profile's compute time: one of the three
-  products of a GEMM), then, when the profile puts communication on the forward path (the output's
+- Forward: one compute task per partition (the forward part of the profile's compute time,
+  :meth:`~stratopt.cost.common.VertexCosts.compute_phases`: a third, one of the three products of
+  a GEMM), then, when the profile puts communication on the forward path (the output's
   reduction over a split k), one collective task per partition on the ring link to the next
   partition's device, after all partitions' compute (a collective is a barrier).
 - Tensors: for every consumer partition and every producer tile it overlaps, the overlap moves on
   the link between their devices (latency + bytes / bandwidth, intra- or inter-node), unless a copy
   of the tile is already on the consumer's device. A replicated tile is read from the copy on the
   same node first, then the nearest device index after the consumer's.
-- Backward: the mirror image. A compute task per partition (two thirds of the compute), after its
+- Backward: the mirror image. A compute task per partition (the rest of the compute: two thirds,
+  and the forward again for a configuration that recomputes its outputs), after its
   forward task and after the gradients of its outputs arrive from every consumer partition that
   read them (to every copy of a replicated tile); then the backward collective, and the
   weight-gradient synchronisation, which nothing waits for but the end of the step.
