@@ -359,7 +359,7 @@ def _options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the 
             )
             g.add_argument("--procs", "-p", type=_count, metavar="P", help="devices to split over (default 8)")
             g.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
-            g.add_argument("--machine", metavar="NAME", help="pase, a100, h100 (default h100; pase for --profile pase)")
+            g.add_argument("--machine", metavar="NAME", help="pase, a100, h100 (default), or a machine file")
             if name == "memory":
                 g.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device")
 
@@ -426,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help=network + ", or a Python entry point (module:function)")
     p.add_argument("--nodes", type=_count, required=True, metavar="N", help="nodes in the cluster")
     p.add_argument("--gpus-per-node", type=_count, required=True, metavar="G", help="devices per node")
-    p.add_argument("--machine", default="h100", metavar="NAME", help="the device: h100 (default), a100")
+    p.add_argument("--machine", default="h100", metavar="NAME", help="h100 (default), a100, or a machine file")
     p.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (the device's)")
     p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
