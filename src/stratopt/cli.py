@@ -359,7 +359,7 @@ def _options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the 
             )
             g.add_argument("--procs", "-p", type=_count, metavar="P", help="devices to split over (default 8)")
             g.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
-            g.add_argument("--machine", metavar="NAME", help="pase, a100, h100 (default), or a machine file")
+            g.add_argument("--machine", metavar="NAME", help="h100 (pase for --profile pase), a100, pase, a .json file")
             if name == "memory":
                 g.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device")
 
