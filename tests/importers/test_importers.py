@@ -13,6 +13,7 @@ from stratopt.cli import main  # noqa: E402
 from stratopt.cost import build  # noqa: E402
 from stratopt.errors import ModelError  # noqa: E402
 from stratopt.importers import UnmappedOperatorWarning, flops, from_torch  # noqa: E402
+from stratopt.importers.pytorch import reference_flops  # noqa: E402
 from stratopt.problem import evaluate  # noqa: E402
 from stratopt.solvers import solve_auto  # noqa: E402
 
@@ -101,11 +102,24 @@ class WithCumsum(torch.nn.Module):
         return self.fc(torch.cumsum(x, dim=1))
 
 
+class WithLogCumSumExp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc(torch.logcumsumexp(x, dim=1))
+
+
 def test_unsupported_operator_warns_and_imports() -> None:
-    """An operator with no stratopt counterpart becomes elementwise work, and the warning names it."""
-    with pytest.warns(UnmappedOperatorWarning, match="cumsum"):
-        graph = from_torch(WithCumsum(), (torch.randn(4, 16),))
+    """An operator with no stratopt counterpart becomes elementwise work, and the warning names it
+    (cumsum, which both tracers know as a scan over the data, imports without one)."""
+    with pytest.warns(UnmappedOperatorWarning, match="logcumsumexp"):
+        graph = from_torch(WithLogCumSumExp(), (torch.randn(4, 16),))
     assert [op.op for op in graph.operators] == ["elementwise", "gemm"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnmappedOperatorWarning)
+        assert [op.op for op in from_torch(WithCumsum(), (torch.randn(4, 16),)).operators] == ["elementwise", "gemm"]
 
 
 class Branchy(torch.nn.Module):
@@ -208,3 +222,63 @@ def test_a_mapping_refused_by_the_builder_falls_back() -> None:
     with pytest.warns(UnmappedOperatorWarning, match="einsum"):
         graph = emit("t", nodes)
     assert [(op.name, op.op) for op in graph.operators] == [("m", "elementwise")]
+
+
+class _EmptySlices(torch.nn.Module):
+    """A decoder-style projection sliced into q, k and v, plus an empty slice and a size-0 constant
+    (as attention code builds for a cache that is empty)."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.d = d
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.out = torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        qkv = self.qkv(x)
+        q, k, v = qkv[..., : self.d], qkv[..., self.d : 2 * self.d], qkv[..., 2 * self.d :]
+        cache = x.new_zeros(x.shape[0], 0, self.d)  # nothing cached yet
+        k = torch.cat([cache, k], dim=1)
+        nothing = qkv[..., 3 * self.d :]  # an empty slice of the fused projection
+        mix = torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v
+        return self.out(mix) + nothing.sum()
+
+
+def test_zero_size_tensors_are_no_operators() -> None:
+    """An empty slice or a size-0 constant is not an operator: the model imports (no 'size 0'
+    error), every product is priced, and the graph stays connected from input to output."""
+    model, x = _EmptySlices(), torch.randn(2, 8, 32)
+    graph = from_torch(model, (x,), name="empty")
+    assert all(all(s > 0 for s in op.sizes) for op in graph.operators)
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
+    solve_auto(build(graph, 2).problem)
+
+
+class _StringPadding(torch.nn.Module):
+    """Convolutions with string padding and an explicit pad layer, as some vision families write them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = torch.nn.Conv2d(3, 8, 3, padding="same")
+        self.valid = torch.nn.Conv2d(8, 8, 3, padding="valid")
+        self.pad = torch.nn.ZeroPad2d(1)
+        self.after = torch.nn.Conv2d(8, 4, 3, stride=2)
+
+    def forward(self, x):
+        return self.after(self.pad(torch.relu(self.valid(torch.relu(self.same(x))))))
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_string_padding_convolutions_are_priced(tracer: str) -> None:
+    """padding='same' and 'valid' (and an explicit ZeroPad2d) import as convolutions: every flop of
+    PyTorch's count is on a priced product, with no unmapped-operator warning (an error here)."""
+    model, x = _StringPadding(), torch.randn(2, 3, 16, 16)
+    if tracer == "eager":  # the tracer that runs the model (where torch.fx cannot trace it)
+        from stratopt.importers.common import emit
+        from stratopt.importers.trace import trace
+
+        graph = emit("pads", trace(torch, model, (x,)))
+    else:
+        graph = from_torch(model, (x,), name="pads")
+    assert sum(op.op == "conv" for op in graph.operators) == 3
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)

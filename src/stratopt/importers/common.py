@@ -85,9 +85,14 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
     g = GraphBuilder(name, source=source)
     env: dict[str, TensorRef] = {}
     unmapped: dict[str, int] = {}
+    empty: set[str] = set()  # tensors with a dimension of size 0: an empty slice or cache, no operator
     for n in nodes:
         if n.name in alias or (n.kind == "transpose" and n.name not in used and n.name != last):
             continue
+        if 0 in n.shape:
+            empty.add(n.name)
+            continue
+        n.inputs = [x for x in n.inputs if real(x) not in empty]
         try:
             out = _emit_one(g, n, [real(x) for x in n.inputs], env, by_name, pointwise.get(n.name, 0))
         except ModelError as exc:
@@ -129,13 +134,17 @@ def _emit_one(
     if kind == "conv" and len(tensors) == 1 and params:
         x = tensors[0]
         weight = params[0].shape
-        if len(weight) != 4 or isinstance(a.get("pad", 0), str) or _pair(a.get("dilation", 1)) != (1, 1):
+        if len(weight) != 4 or _pair(a.get("dilation", 1)) != (1, 1):
+            return None
+        steps = _pair(a.get("stride", 1))
+        pad = _padding(a.get("pad", 0), x.shape, weight, steps, n.shape)
+        if pad is None:
             return None
         return g.conv(
             x,
             weight,
-            stride=_pair(a.get("stride", 1)),
-            pad=_pair(a.get("pad", 0)),
+            stride=steps,
+            pad=pad,
             groups=int(a.get("groups", 1)),
             pointwise=pw,
             name=_safe(n.name),
@@ -230,6 +239,25 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
         kind, _safe(n.name), "elementwise", axes, shape, inputs, [(shape, [[a] for a in axes])], pointwise=pw
     )
     return out
+
+
+def _padding(
+    pad: Any, x: tuple[int, ...], weight: tuple[int, ...], stride: tuple[int, int], out: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """A convolution's padding as numbers: ``"valid"`` is none; ``"same"`` (and any other string)
+    the symmetric padding that gives the recorded output size, None when none does (an even
+    kernel's asymmetric "same")."""
+    if not isinstance(pad, str):
+        return _pair(pad)
+    if pad == "valid":
+        return (0, 0)
+    found = []
+    for size, r, s, o in zip(x[-2:], weight[-2:], stride, out[-2:], strict=True):
+        p = max(0, ((o - 1) * s + r - size + 1) // 2)
+        if (size - r + 2 * p) // s + 1 != o:
+            return None
+        found.append(p)
+    return (found[0], found[1])
 
 
 def _pair(x: Any) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from typing import Any
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.importers.common import Node, emit, first_line
-from stratopt.importers.trace import trace
+from stratopt.importers.trace import MOVES, trace
 
 __all__ = ["from_torch", "reference_flops"]
 
@@ -144,8 +144,9 @@ def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[i
                 attrs["layers"] = mod.num_layers
             return [*params, Node(node.name, kind, names, shape, attrs)]
     if isinstance(mod, nn.Conv2d):
-        attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": tuple(mod.padding), "groups": mod.groups}
-        if isinstance(mod.padding, str) or tuple(mod.dilation) != (1, 1):
+        pad = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
+        attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
+        if tuple(mod.dilation) != (1, 1) or mod.padding_mode != "zeros":
             return [*params, Node(node.name, "other", names, shape, attrs)]
         return [*params, Node(node.name, "conv", names, shape, attrs)]
     if isinstance(mod, nn.MaxPool2d | nn.AvgPool2d):
@@ -153,6 +154,8 @@ def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[i
         return [Node(node.name, "pool", names, shape, {"op": type(mod).__name__, "window": k, "stride": s, "pad": p})]
     if isinstance(mod, nn.AdaptiveAvgPool2d | nn.AdaptiveMaxPool2d):
         return [Node(node.name, "pool", names, shape, _adaptive(node, shape))]
+    if isinstance(mod, nn.ZeroPad2d | nn.ConstantPad2d | nn.ReflectionPad2d | nn.ReplicationPad2d):
+        return [Node(node.name, "move", names, shape, {"op": type(mod).__name__})]  # data movement
     if isinstance(mod, nn.ReLU | nn.GELU | nn.SiLU | nn.Tanh | nn.Sigmoid | nn.LeakyReLU):
         return [Node(node.name, "unary", names, shape, {"op": type(mod).__name__})]
     return [*params, Node(node.name, "other", names, shape, {"op": type(mod).__name__})]
@@ -209,6 +212,8 @@ def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]
         return Node(node.name, "add" if len(tensor_args) == 2 else "unary", ins, shape, attrs)
     if fname in _UNARY_FUNCS or fname.endswith("_"):
         return Node(node.name, "unary", ins, shape, attrs)
+    if fname in MOVES:  # slicing, selection, constants like the eager tracer's: data movement, no warning
+        return Node(node.name, "move", ins, shape, attrs)
     if fname == "einsum" and isinstance(args[0], str) and len(tensor_args) == 2:
         return Node(node.name, "einsum", ins, shape, {**attrs, "equation": args[0]})
     if fname == "embedding":

@@ -370,9 +370,10 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             whole(mod, "fc", {"op": "Linear"})
         elif isinstance(mod, nn.Embedding):
             whole(mod, "embedding", {"op": "Embedding"})
-        elif isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros" and not isinstance(mod.padding, str):
+        elif isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros":
             if tuple(mod.dilation) == (1, 1):
-                attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": tuple(mod.padding), "groups": mod.groups}
+                pad = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
+                attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
                 whole(mod, "conv", attrs)
         elif _is_norm(mod, nn):
             whole(mod, "layernorm", {"op": type(mod).__name__})
