@@ -11,6 +11,7 @@ imports it and compares the flops of its priced products with PyTorch's count. U
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable
@@ -86,10 +87,8 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
     for key, value in TINY.items():
         current = getattr(config, key, None)
         if isinstance(current, int) and not isinstance(current, bool):
-            try:
+            with contextlib.suppress(AttributeError):  # a property computed from the others (Falcon's head_dim)
                 setattr(config, key, value)
-            except AttributeError:  # a property computed from the others (Falcon's head_dim)
-                pass
     if hasattr(config, "use_cache"):
         config.use_cache = False
     model = getattr(transformers, cls_name)(config).eval()
