@@ -84,8 +84,19 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
 
     transformers.logging.set_verbosity_error()
     config = transformers.AutoConfig.for_model(model_type)
+    # A multi-stage vision model sizes each stage by a list: it stays as configured.
+    staged = any(
+        isinstance(getattr(config, k, None), list | tuple)
+        for k in ("hidden_sizes", "embed_dims", "num_heads", "depths")
+    )
     for key, value in TINY.items():
         current = getattr(config, key, None)
+        if staged:
+            break
+        if key == "vocab_size":  # room for every special token the configuration names
+            special = [getattr(config, f"{t}_token_id", None) for t in ("pad", "bos", "eos", "decoder_start", "unk")]
+            ids = [i for x in special for i in (x if isinstance(x, list) else [x]) if isinstance(i, int)]
+            value = max([value, *(i + 1 for i in ids)])
         if isinstance(current, int) and not isinstance(current, bool):
             with contextlib.suppress(AttributeError):  # a property computed from the others (Falcon's head_dim)
                 setattr(config, key, value)
