@@ -95,8 +95,8 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
             break
         if key == "vocab_size":  # room for every special token the configuration names
             special = [getattr(config, f"{t}_token_id", None) for t in ("pad", "bos", "eos", "decoder_start", "unk")]
-            ids = [i for x in special for i in (x if isinstance(x, list) else [x]) if isinstance(i, int)]
-            value = max([value, *(i + 1 for i in ids)])
+            named = [i for x in special for i in (x if isinstance(x, list) else [x]) if isinstance(i, int)]
+            value = max([value, *(i + 1 for i in named)])
         if isinstance(current, int) and not isinstance(current, bool):
             with contextlib.suppress(AttributeError):  # a property computed from the others (Falcon's head_dim)
                 setattr(config, key, value)
