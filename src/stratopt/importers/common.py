@@ -127,28 +127,31 @@ def _emit_one(
         return g.input(n.shape)
     if kind == "param":
         return None
+    if kind == "matmul" and len(ins) == 2 and len(tensors) == 1 and all(x in nodes for x in ins):
+        # One operand is a constant (a state initialised to zeros, a fixed matrix): a product all
+        # the same, the constant entering as a graph input of its recorded shape.
+        tensors = [env[x] if x in env else g.input(nodes[x].shape) for x in ins]
     if kind == "fc" and len(tensors) == 1:
         return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
     if kind == "fc" and len(tensors) == 2 and len(tensors[1]) == 2:  # F.linear(x, w) with a computed w
         return g.einsum(_linear_equation(len(tensors[0])), tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
     if kind == "conv" and len(tensors) == 1 and params:
-        x = tensors[0]
-        weight = params[0].shape
+        x, weight, out = tensors[0], params[0].shape, n.shape
+        flat = len(weight) == 3 and len(x) == 3 and len(out) == 3  # conv1d: a conv2d of height 1
+        if flat:
+            x = g.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+            weight, out = (weight[0], weight[1], 1, weight[2]), (out[0], out[1], 1, out[2])
         if len(weight) != 4 or _pair(a.get("dilation", 1)) != (1, 1):
             return None
         steps = _pair(a.get("stride", 1))
-        pad = _padding(a.get("pad", 0), x.shape, weight, steps, n.shape)
+        pad = _padding(a.get("pad", 0), x.shape, weight, steps, out)
+        if flat:  # one-dimensional stride and padding apply to the width
+            steps = (1, steps[1])
+            pad = None if pad is None else (0, pad[1])
         if pad is None:
             return None
-        return g.conv(
-            x,
-            weight,
-            stride=steps,
-            pad=pad,
-            groups=int(a.get("groups", 1)),
-            pointwise=pw,
-            name=_safe(n.name),
-        )
+        y = g.conv(x, weight, stride=steps, pad=pad, groups=int(a.get("groups", 1)), pointwise=pw, name=_safe(n.name))
+        return g.reshape(y, n.shape) if flat else y
     if kind == "matmul":
         same_batch = len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2
         if same_batch and tensors[0].shape[:-2] == tensors[1].shape[:-2]:
@@ -178,10 +181,13 @@ def _emit_one(
         return g.einsum(a["equation"], tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
     if kind == "embedding" and params and len(params[-1].shape) == 2:
         vocab, dim = params[-1].shape
-        if tensors and tensors[0].source is None:
-            return g.embedding(tensors[0], vocab, dim, name=_safe(n.name))
-        if not tensors and ins and nodes.get(ins[0]) is params[0] and len(params) == 2:  # constant ids
-            return g.embedding(g.input(params[0].shape), vocab, dim, name=_safe(n.name))
+        if tensors:  # token ids from the input, or computed from it (positions from a padding mask)
+            # The lookup is priced on its ids' one-hot form (GraphBuilder.embedding), a graph input;
+            # ids computed from the input (integers, cheap to move) enter it as one too.
+            ids = tensors[0] if tensors[0].source is None else g.input(tensors[0].shape)
+            return g.embedding(ids, vocab, dim, name=_safe(n.name))
+        if not tensors and len(n.shape) >= 2:  # constant ids (positions, token types): a lookup all the same
+            return g.embedding(g.input(n.shape[:-1]), vocab, dim, name=_safe(n.name))
         return None
     if kind in ("layernorm", "batchnorm", "softmax") and len(tensors) == 1:
         if kind == "layernorm":

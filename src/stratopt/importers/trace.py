@@ -35,8 +35,9 @@ __all__ = ["trace"]
 
 #: Calls that return one of their inputs unchanged or re-typed: aliases, not operators.
 VIEWS = frozenset({
-    "to", "type", "float", "half", "bfloat16", "double", "contiguous", "clone", "detach", "dropout",
-    "type_as", "requires_grad_", "cpu", "cuda", "alpha_dropout", "feature_alpha_dropout", "dropout1d",
+    "to", "type", "float", "half", "bfloat16", "double", "int", "long", "short", "bool", "type_as",
+    "contiguous", "clone", "detach", "dropout",
+    "requires_grad_", "cpu", "cuda", "alpha_dropout", "feature_alpha_dropout", "dropout1d",
     "dropout2d", "identity", "detach_", "as_strided", "data",
 })  # fmt: skip
 RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as", "reshape_as"})
