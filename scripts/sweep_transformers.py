@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--out", default="sweep.md", metavar="FILE.md")
     parser.add_argument("--json", default=None, metavar="FILE.jsonl", help="also write the rows as JSON lines")
     parser.add_argument("--only", default=None, metavar="TYPE,..", help="these model types only")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S")
     args = parser.parse_args()
     import transformers
 

@@ -18,6 +18,8 @@ SUBSET = [
     ("bart", "seq2seq", "BartForConditionalGeneration"),
     ("mobilenet_v2", "image-classification", "MobileNetV2ForImageClassification"),
     ("convnext", "image-classification", "ConvNextForImageClassification"),
+    ("longformer", "masked-lm", "LongformerForMaskedLM"),  # sliding windows through as_strided
+    ("longt5", "seq2seq", "LongT5ForConditionalGeneration"),  # einsum equations with '...'
 ]
 
 

@@ -282,3 +282,23 @@ def test_string_padding_convolutions_are_priced(tracer: str) -> None:
         graph = from_torch(model, (x,), name="pads")
     assert sum(op.op == "conv" for op in graph.operators) == 3
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
+
+
+class _Conv1d(torch.nn.Module):
+    """A depthwise causal convolution over a sequence, as state-space blocks write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(16, 16, 4, groups=16, padding=3)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(self.conv(x)[..., : x.shape[-1]].transpose(1, 2))
+
+
+def test_conv1d_is_a_convolution() -> None:
+    """A 1-D convolution imports as a convolution of height 1: every flop on a priced product."""
+    model, x = _Conv1d(), torch.randn(2, 16, 32)
+    graph = from_torch(model, (x,), name="conv1d")
+    assert any(op.op == "conv" for op in graph.operators)
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)

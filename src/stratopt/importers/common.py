@@ -178,7 +178,8 @@ def _emit_one(
         gates = tensors[-1] if len(tensors) > 1 and tensors[-1].shape[0] == x.shape[0] else None  # the weights
         return g.moe(x, up[0], int(a.get("top_k", 1)), ffn, gated=width == 2 * ffn, gates=gates, name=_safe(n.name))
     if kind == "einsum" and len(tensors) == 2:
-        return g.einsum(a["equation"], tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+        equation = _no_ellipsis(a["equation"], [len(t) for t in tensors])
+        return g.einsum(equation, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
     if kind == "embedding" and params and len(params[-1].shape) == 2:
         vocab, dim = params[-1].shape
         if tensors:  # token ids from the input, or computed from it (positions from a padding mask)
@@ -264,6 +265,25 @@ def _padding(
             return None
         found.append(p)
     return (found[0], found[1])
+
+
+def _no_ellipsis(equation: str, ranks: list[int]) -> str:
+    """An einsum equation with its ``...`` written as letters of their own (the leading dimensions
+    each operand's rank leaves them; the output takes the most).
+
+    >>> _no_ellipsis("...qd,...kd->...qk", [4, 4])
+    'ABqd,ABkd->ABqk'
+    """
+    if "..." not in equation:
+        return equation
+    inputs, _, output = equation.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation]
+    spans = [rank - len(t.replace("...", "")) for t, rank in zip(terms, ranks, strict=True)]
+    widest = max(spans)
+    letters = "".join(free[:widest])
+    terms = [t.replace("...", letters[widest - k :]) for t, k in zip(terms, spans, strict=True)]
+    return ",".join(terms) + "->" + output.replace("...", letters)
 
 
 def _pair(x: Any) -> tuple[int, int]:

@@ -143,10 +143,10 @@ def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[i
                     return [*params, Node(node.name, "other", names, shape, attrs)]
                 attrs["layers"] = mod.num_layers
             return [*params, Node(node.name, kind, names, shape, attrs)]
-    if isinstance(mod, nn.Conv2d):
+    if isinstance(mod, nn.Conv1d | nn.Conv2d):
         pad = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
-        attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
-        if tuple(mod.dilation) != (1, 1) or mod.padding_mode != "zeros":
+        attrs = {"op": type(mod).__name__, "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
+        if any(d != 1 for d in mod.dilation) or mod.padding_mode != "zeros":
             return [*params, Node(node.name, "other", names, shape, attrs)]
         return [*params, Node(node.name, "conv", names, shape, attrs)]
     if isinstance(mod, nn.MaxPool2d | nn.AvgPool2d):

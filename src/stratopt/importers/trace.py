@@ -38,7 +38,7 @@ VIEWS = frozenset({
     "to", "type", "float", "half", "bfloat16", "double", "int", "long", "short", "bool", "type_as",
     "contiguous", "clone", "detach", "dropout",
     "requires_grad_", "cpu", "cuda", "alpha_dropout", "feature_alpha_dropout", "dropout1d",
-    "dropout2d", "identity", "detach_", "as_strided", "data",
+    "dropout2d", "identity", "detach_", "data",
 })  # fmt: skip
 RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as", "reshape_as"})
 TRANSPOSES = frozenset({"transpose", "permute", "t", "swapaxes", "swapdims", "mT", "movedim"})
@@ -63,7 +63,7 @@ BINARY = frozenset({
 })  # fmt: skip
 #: Known data movement and selection: priced as elementwise work over the output, without a warning.
 MOVES = frozenset({
-    "getitem", "setitem", "index_select", "gather", "take_along_dim", "where", "expand", "expand_as", "repeat",
+    "getitem", "setitem", "as_strided", "index_select", "gather", "take_along_dim", "where", "expand", "expand_as", "repeat",
     "repeat_interleave", "tile", "chunk", "split", "tensor_split", "unbind", "narrow", "select", "slice",
     "stack", "hstack", "vstack", "roll", "flip", "pad", "topk", "sort", "argsort", "max", "min", "amax", "amin",
     "argmax", "argmin", "one_hot", "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add",
@@ -371,10 +371,10 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             whole(mod, "fc", {"op": "Linear"})
         elif isinstance(mod, nn.Embedding):
             whole(mod, "embedding", {"op": "Embedding"})
-        elif isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros":
-            if tuple(mod.dilation) == (1, 1):
+        elif isinstance(mod, nn.Conv1d | nn.Conv2d) and mod.padding_mode == "zeros":
+            if all(d == 1 for d in mod.dilation):
                 pad = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
-                attrs = {"op": "Conv2d", "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
+                attrs = {"op": type(mod).__name__, "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
                 whole(mod, "conv", attrs)
         elif _is_norm(mod, nn):
             whole(mod, "layernorm", {"op": type(mod).__name__})
