@@ -130,7 +130,7 @@ def _emit_one(
     if kind == "matmul" and len(ins) == 2 and len(tensors) == 1 and all(x in nodes for x in ins):
         # One operand is a constant (a state initialised to zeros, a fixed matrix): a product all
         # the same, the constant entering as a graph input of its recorded shape.
-        tensors = [env[x] if x in env else g.input(nodes[x].shape) for x in ins]
+        tensors = [env[x] if x in env else g.input(nodes[x].shape, param=nodes[x].kind == "param") for x in ins]
     if kind == "fc" and len(tensors) == 1:
         return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
     if kind == "fc" and len(tensors) == 2 and len(tensors[1]) == 2:  # F.linear(x, w) with a computed w
@@ -156,6 +156,10 @@ def _emit_one(
         same_batch = len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2
         if same_batch and tensors[0].shape[:-2] == tensors[1].shape[:-2]:
             return g.matmul(tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
+        if len(tensors) == 2 and len(tensors[0]) == 2 and len(tensors[1]) > 2:  # W @ x over a batch of x
+            batch = "abcdefgh"[: len(tensors[1]) - 2]
+            eq = f"mk,{batch}kn->{batch}mn"
+            return g.einsum(eq, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
         if len(tensors) == 2 and len(tensors[0]) > 2 and len(tensors[1]) == 2:
             eq = _linear_equation(len(tensors[0])).replace(",nk->", ",kn->")
             return g.einsum(eq, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
