@@ -20,6 +20,7 @@ SUBSET = [
     ("convnext", "image-classification", "ConvNextForImageClassification"),
     ("longformer", "masked-lm", "LongformerForMaskedLM"),  # sliding windows through as_strided
     ("longt5", "seq2seq", "LongT5ForConditionalGeneration"),  # einsum equations with '...'
+    ("mamba", "causal-lm", "MambaForCausalLM"),  # a state-space block: conv1d, W @ x, a scan
 ]
 
 
