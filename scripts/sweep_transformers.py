@@ -75,7 +75,7 @@ def main() -> None:
             and r.get("solve") in ("optimal", "feasible")]  # fmt: skip
     summary = (
         f"{len(rows)} architectures in {took:.0f} s: {len(ran)} built and ran on the CPU, of which {len(good)} "
-        f"({len(good) / max(len(ran), 1):.1%}) import with 99-101% of PyTorch's flops on priced products and solve "
+        f"({len(good) / max(len(ran), 1):.2%}) import with 99-101% of PyTorch's flops on priced products and solve "
         f"at p = 8; {sum(r['status'] == 'failed' for r in rows)} failed; {len(rows) - len(ran)} skipped"
     )
     print(summary)

@@ -302,3 +302,22 @@ def test_conv1d_is_a_convolution() -> None:
     graph = from_torch(model, (x,), name="conv1d")
     assert any(op.op == "conv" for op in graph.operators)
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
+
+
+class _ConstantOperand(torch.nn.Module):
+    """Attention against fixed global tokens: an einsum whose second operand is a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("tokens", torch.randn(4, 8, 16))
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.einsum("bhnd,hgd->bhng", self.fc(x), self.tokens)
+
+
+def test_a_product_with_a_constant_operand_is_priced() -> None:
+    """An einsum against a constant (a buffer) is a product all the same: every flop priced."""
+    model, x = _ConstantOperand(), torch.randn(2, 4, 32, 16)
+    graph = from_torch(model, (x,), name="constant")
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)

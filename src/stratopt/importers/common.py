@@ -127,7 +127,7 @@ def _emit_one(
         return g.input(n.shape)
     if kind == "param":
         return None
-    if kind == "matmul" and len(ins) == 2 and len(tensors) == 1 and all(x in nodes for x in ins):
+    if kind in ("matmul", "einsum") and len(ins) == 2 and len(tensors) == 1 and all(x in nodes for x in ins):
         # One operand is a constant (a state initialised to zeros, a fixed matrix): a product all
         # the same, the constant entering as a graph input of its recorded shape.
         tensors = [env[x] if x in env else g.input(nodes[x].shape, param=nodes[x].kind == "param") for x in ins]
