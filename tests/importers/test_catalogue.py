@@ -21,6 +21,9 @@ SUBSET = [
     ("longformer", "masked-lm", "LongformerForMaskedLM"),  # sliding windows through as_strided
     ("longt5", "seq2seq", "LongT5ForConditionalGeneration"),  # einsum equations with '...'
     ("mamba", "causal-lm", "MambaForCausalLM"),  # a state-space block: conv1d, W @ x, a scan
+    # latent attention and group-limited routing, sized through their own attributes; the sparse
+    # attention indexer's products broadcast over the batch
+    ("deepseek_v32", "causal-lm", "DeepseekV32ForCausalLM"),
 ]
 
 

@@ -321,3 +321,32 @@ def test_a_product_with_a_constant_operand_is_priced() -> None:
     model, x = _ConstantOperand(), torch.randn(2, 4, 32, 16)
     graph = from_torch(model, (x,), name="constant")
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
+
+
+class _BroadcastProducts(torch.nn.Module):
+    """Products whose batch dimensions broadcast, as DeepSeek's sparse-attention indexer scores
+    every head of a query against one shared key: ``[b, s, h, d] @ [b, 1, d, t]``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k = torch.nn.Linear(16, 32), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        q = self.q(x).view(*x.shape[:2], 2, 16)
+        k = self.k(x)
+        scores = torch.matmul(q, k.transpose(-1, -2).unsqueeze(1))  # [b, s, 2, s]: k shared over s
+        mixed = torch.matmul(scores, k.unsqueeze(1))  # [b, s, 2, 16]: again over s
+        fewer = torch.matmul(k.unsqueeze(0), q[:, 0].transpose(-1, -2))  # [1, b, s, 16] @ [b, 16, 2]
+        return mixed.sum() + fewer.sum()
+
+
+def test_products_with_broadcast_batch_dimensions_are_priced() -> None:
+    """A product whose operands broadcast over a batch dimension is a product, not elementwise
+    work: every flop priced, and the graph still solves."""
+    model, x = _BroadcastProducts(), torch.randn(2, 8, 16)
+    graph = from_torch(model, (x,), name="broadcast")
+    products = [op for op in graph.operators if op.op == "gemm" and "matmul" in op.name]
+    assert len(products) == 3
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-6)
+    problem = build(graph, 4).problem
+    assert solve_auto(problem, time_limit=60).status.value == "optimal"

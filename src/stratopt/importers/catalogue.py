@@ -39,11 +39,26 @@ TINY: dict[str, int] = {
     **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size"), 128),
     **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), 4),
     "num_experts_per_tok": 2,
-    "head_dim": 16,
+    "n_shared_experts": 1,
+    "n_group": 2,  # expert groups (group-limited routing): two groups of the four experts, one chosen
+    "topk_group": 1,
+    # Multi-head latent attention (DeepSeek's family): the rotary part is as wide as head_dim, as
+    # these configurations have it, and the query/key head is the rotary part plus the rest.
+    **dict.fromkeys(("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_head_dim"), 16),
+    "qk_head_dim": 32,
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 32),
+    "index_n_heads": 2,
+    "rotary_dim": 8,  # GPT-J, CodeGen: the rotary part of a 16-wide head
     "d_kv": 16,
     "vocab_size": 512,
     "max_position_embeddings": 256,
 }
+
+#: Of :data:`TINY`, the attributes set even where the default configuration leaves them ``None``.
+_REQUIRED = frozenset(
+    {"num_experts_per_tok", "head_dim", "num_key_value_heads", "n_routed_experts", "num_local_experts"}
+    | {"moe_intermediate_size", "n_shared_experts"}
+)
 
 
 def architectures() -> list[tuple[str, str, str]]:
@@ -97,9 +112,14 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
             special = [getattr(config, f"{t}_token_id", None) for t in ("pad", "bos", "eos", "decoder_start", "unk")]
             named = [i for x in special for i in (x if isinstance(x, list) else [x]) if isinstance(i, int)]
             value = max([value, *(i + 1 for i in named)])
-        if isinstance(current, int) and not isinstance(current, bool):
+        unset = current is None and key in _REQUIRED  # a count the model needs but the default leaves open
+        if unset or (isinstance(current, int) and not isinstance(current, bool)):
             with contextlib.suppress(AttributeError):  # a property computed from the others (Falcon's head_dim)
                 setattr(config, key, value)
+    if not staged and isinstance(getattr(config, "kv_lora_rank", None), int):
+        # latent attention expands its keys and values to every head: as many key/value heads as heads
+        with contextlib.suppress(AttributeError):
+            config.num_key_value_heads = config.num_attention_heads
     if hasattr(config, "use_cache"):
         config.use_cache = False
     model = getattr(transformers, cls_name)(config).eval()

@@ -117,6 +117,32 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
     return g.build()
 
 
+def _broadcast_matmul(g: GraphBuilder, a: TensorRef, b: TensorRef, pw: int, name: str) -> TensorRef | None:
+    """``a @ b`` whose batch dimensions broadcast (one operand has size 1, or fewer dimensions, where
+    the other has a batch): an einsum in which the broadcast operand lacks those letters."""
+    batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+    rank = max(len(batch_a), len(batch_b))
+    padded_a = (1,) * (rank - len(batch_a)) + batch_a
+    padded_b = (1,) * (rank - len(batch_b)) + batch_b
+    if any(x != y and 1 not in (x, y) for x, y in zip(padded_a, padded_b, strict=True)):
+        return None
+    letters = "abcdefgh"[:rank]
+
+    def operand(t: TensorRef, padded: tuple[int, ...], other: tuple[int, ...], tail: str) -> tuple[TensorRef, str]:
+        # a batch dimension of size 1 facing a larger one is dropped (a reshape), the rest kept
+        skip = rank - (len(t) - 2)  # the leading batch dimensions this operand does not have
+        keep = [i for i in range(skip, rank) if padded[i] != 1 or other[i] == 1]
+        shape = tuple(padded[i] for i in keep) + t.shape[-2:]
+        if shape != t.shape:
+            t = g.reshape(t, shape, name=f"{name}.squeeze")
+        return t, "".join(letters[i] for i in keep) + tail
+
+    ta, da = operand(a, padded_a, padded_b, "mk")
+    tb, db = operand(b, padded_b, padded_a, "kn")
+    out = "".join(x for x in letters if x in da or x in db)
+    return g.einsum(f"{da},{db}->{out}mn", ta, tb, pointwise=pw, name=name)
+
+
 def _emit_one(
     g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef], nodes: dict[str, Node], pw: int
 ) -> TensorRef | None:
@@ -165,6 +191,8 @@ def _emit_one(
             return g.einsum(eq, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))
         if len(tensors) == 1 and params and len(params[0].shape) == 2 and ins[0] in env:
             return g.fc(tensors[0], n.shape[-1], pointwise=pw, name=_safe(n.name))
+        if len(tensors) == 2 and min(len(tensors[0]), len(tensors[1])) >= 2:
+            return _broadcast_matmul(g, tensors[0], tensors[1], pw, _safe(n.name))
         return None
     if kind == "sdpa" and len(tensors) >= 3 and all(x in env for x in ins[:3]):
         q, k, v = (env[x] for x in ins[:3])
