@@ -24,6 +24,8 @@ SUBSET = [
     # latent attention and group-limited routing, sized through their own attributes; the sparse
     # attention indexer's products broadcast over the batch
     ("deepseek_v32", "causal-lm", "DeepseekV32ForCausalLM"),
+    ("gpt_oss", "causal-lm", "GptOssForCausalLM"),  # experts with biases beside their weights
+    ("llama4", "causal-lm", "Llama4ForCausalLM"),  # a multimodal configuration: its text part
 ]
 
 

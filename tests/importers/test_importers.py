@@ -350,3 +350,27 @@ def test_products_with_broadcast_batch_dimensions_are_priced() -> None:
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-6)
     problem = build(graph, 4).problem
     assert solve_auto(problem, time_limit=60).status.value == "optimal"
+
+
+class _DeadProduct(torch.nn.Module):
+    """A recurrent step that also updates a state nothing reads (a linear-attention layer's final
+    state after its last chunk): the model computes that product all the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k, self.v = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        k, v = self.k(x), self.v(x)
+        state = torch.zeros(x.shape[0], 16, 16)
+        out = v - k @ state  # read before the update
+        _final = state + k.transpose(-1, -2) @ v  # computed, never read
+        return out
+
+
+def test_a_product_whose_result_goes_unread_is_priced() -> None:
+    """The final-state product is kept (its flops are PyTorch's too); the graph still solves."""
+    model, x = _DeadProduct(), torch.randn(2, 8, 16)
+    graph = from_torch(model, (x,), name="dead")
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-6)
+    assert solve_auto(build(graph, 2).problem, time_limit=60).status.value == "optimal"

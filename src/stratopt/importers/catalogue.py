@@ -98,7 +98,11 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
     import transformers
 
     transformers.logging.set_verbosity_error()
-    config = transformers.AutoConfig.for_model(model_type)
+    config: Any = transformers.AutoConfig.for_model(model_type)
+    own = getattr(getattr(transformers, cls_name, None), "config_class", None)
+    text = getattr(config, "text_config", None)
+    if isinstance(own, type) and not isinstance(config, own) and isinstance(text, own):
+        config = text  # a multimodal configuration: the class is its language model, built from that part
     # A multi-stage vision model sizes each stage by a list: it stays as configured.
     staged = any(
         isinstance(getattr(config, k, None), list | tuple)

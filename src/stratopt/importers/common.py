@@ -197,8 +197,9 @@ def _emit_one(
     if kind == "sdpa" and len(tensors) >= 3 and all(x in env for x in ins[:3]):
         q, k, v = (env[x] for x in ins[:3])
         return attention(g, _safe(n.name), q, k, v, pointwise=pw + (1 if len(ins) > 3 else 0))
-    if kind == "moe" and tensors and len(params) >= 2:
-        up, down = params[0].shape, params[-1].shape
+    cubes = [p for p in params if len(p.shape) == 3]  # expert weights (not their biases)
+    if kind == "moe" and tensors and len(cubes) >= 2:
+        up, down = cubes[0].shape, cubes[-1].shape
         x = tensors[0]
         if len(x) != 2 or len(up) != 3 or len(down) != 3:
             return None

@@ -223,6 +223,7 @@ def _attrs_for(fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], shapes
         attrs.update(stride=arg(2, "stride", None), pad=arg(3, "padding", 0))
     elif fname == "scaled_dot_product_attention":
         attrs["gqa"] = bool(kwargs.get("enable_gqa", False))
+        attrs["causal"] = bool(arg(5, "is_causal", False))
     return attrs
 
 
@@ -439,11 +440,18 @@ def _share_key_value_heads(nodes: list[Node]) -> None:
 
 
 def _reachable(nodes: list[Node], outputs: list[str | None]) -> list[Node]:
-    """The nodes the model's outputs depend on (a cache update or an unused branch is dropped)."""
+    """The nodes the model's outputs depend on (a cache update or an unused branch is dropped),
+    and the products whose results nothing reads, with what they need: the model computes them
+    all the same (a recurrent layer's final state, updated after its last chunk)."""
     wanted = {x for x in outputs if x is not None}
     if not wanted:
         return nodes
+    wanted.update(n.name for n in nodes if n.kind in _PRICED)
     for n in reversed(nodes):
         if n.name in wanted:
             wanted.update(n.inputs)
     return [n for n in nodes if n.name in wanted or n.kind == "input"]
+
+
+#: Node kinds whose work is priced as products (kept where their results go unread).
+_PRICED = frozenset({"fc", "matmul", "einsum", "conv"})
