@@ -14,6 +14,8 @@ from stratopt.graph import ConfigPolicy, GraphBuilder, configurations
 from stratopt.graph.zoo import ZOO
 from stratopt.machine import get_machine
 
+from .machines import DATASHEET_H100
+
 R = 5000.0  # PaSE's flops per word at its defaults (10 TFLOPS, 16 GB/s)
 
 
@@ -108,14 +110,25 @@ def test_explain_rows_sum_to_objective():
 
 
 def test_default_profile_single_device_gemm():
-    """On one device the default profile's GEMM is 6 mnk flops at efficiency x peak, no communication."""
-    h100 = get_machine("h100")
+    """On one device the default profile's GEMM is 6 mnk flops at efficiency x peak, no communication
+    (the datasheet machine); on the calibrated H100, (w + gemm_half) / (gemm_efficiency x peak) for
+    each of the three products and Adam's 30 bytes per weight element streamed at the achieved
+    bandwidth (FSDP's fixed cost only where it shards the weights: nothing to shard on one device)."""
+    h100 = DATASHEET_H100
     g = GraphBuilder("one")
     g.fc(g.input((1024, 2048)), 4096)
     c = build(g.build(), 1, profile="default", machine=h100)
     expected_us = 6 * 1024 * 4096 * 2048 / (h100.peak_tflops * 1e12 * h100.efficiency) * 1e6
     assert c.problem.node_cost(0).tolist() == pytest.approx([expected_us], rel=1e-12)
     assert c.vertex_costs[0].comm.tolist() == [0.0]
+    fitted = get_machine("h100")
+    cal = dict(fitted.calibration)
+    c = build(g.build(), 1, profile="default", machine=fitted)
+    work, peak = 2 * 1024 * 4096 * 2048, fitted.peak_tflops * 1e12
+    products = 3 * (work + cal["gemm_half_gflop"] * 1e9) / (cal["gemm_efficiency"] * peak) * 1e6
+    adam = 2048 * 4096 * 30 / (fitted.hbm_gbps * 1e9 * cal["hbm_efficiency"]) * 1e6
+    expected = products + adam
+    assert c.problem.node_cost(0).tolist() == pytest.approx([expected], rel=1e-12)
 
 
 def test_memory_limit_becomes_usage_constraint():

@@ -17,6 +17,8 @@ from stratopt.planning import cluster, cut_points, search, stage_graph
 from stratopt.planning.stages import group_sizes
 from stratopt.solvers import solve
 
+from .machines import DATASHEET_H100
+
 
 def chain(widths=(64, 256, 64, 512, 64, 128)):
     g = GraphBuilder("chain")
@@ -164,7 +166,7 @@ def test_gradient_sync_once_per_iteration() -> None:
     from stratopt.sim.trace import simulate_strategy
 
     graph = wide_batch()
-    where = cluster(1, 4)
+    where = cluster(1, 4, DATASHEET_H100)
     costing = build(graph, 4, machine=where.machine, cutoff=1)
     whole = solve(costing.problem, "dp")
     syncs = [c.phases()[2] for c in costing.vertex_costs]
@@ -173,10 +175,10 @@ def test_gradient_sync_once_per_iteration() -> None:
     amortised = costing.problem.replace(
         node_costs=[c.total - (1 - 1 / m) * s for c, s in zip(costing.vertex_costs, syncs, strict=True)]
     )
-    found = search(graph, 1, 4, stages=1, microbatches=m)
+    found = search(graph, 1, 4, machine=DATASHEET_H100, stages=1, microbatches=m)
     assert found.estimate == pytest.approx(m * solve(amortised, "dp").objective)
     assert found.estimate < m * whole.objective - 1e-6
-    one = search(graph, 1, 4, stages=1)
+    one = search(graph, 1, 4, machine=DATASHEET_H100, stages=1)
     _, info = simulate(graph, one, where.machine)
     today = simulate_strategy(costing, one.stages[0].assignment)[1]["iteration_time"]
     assert info["iteration_time"] == pytest.approx(today)
@@ -209,12 +211,12 @@ def test_simulation_of_one_stage_is_todays_simulation() -> None:
     from stratopt.sim.trace import simulate_strategy
 
     graph = chain()
-    where = cluster(1, 4)
-    one = search(graph, 1, 4, stages=1)
+    where = cluster(1, 4, DATASHEET_H100)
+    one = search(graph, 1, 4, machine=DATASHEET_H100, stages=1)
     costing = build(graph, one.stages[0].devices, machine=where.machine, cutoff=1)
     today = simulate_strategy(costing, one.stages[0].assignment)[1]["iteration_time"]
     assert simulate(graph, one, where.machine)[1]["iteration_time"] == pytest.approx(today)
-    many = search(graph, 1, 4, stages=1, microbatches=3)
+    many = search(graph, 1, 4, machine=DATASHEET_H100, stages=1, microbatches=3)
     assert simulate(graph, many, where.machine)[1]["iteration_time"] == pytest.approx(3 * today)
 
 
@@ -347,12 +349,12 @@ def test_a_stage_too_big_for_its_fastest_strategy_takes_one_that_fits() -> None:
     """One stage whose fastest strategy needs more memory than the limit: the search takes the
     slower strategy that fits, the MIP's exact constrained optimum here, instead of giving up."""
     graph = chain((4096, 4096, 4096))
-    where = cluster(1, 4)
-    free = search(graph, 1, 4, stages=1, max_units=None)
+    where = cluster(1, 4, DATASHEET_H100)
+    free = search(graph, 1, 4, machine=DATASHEET_H100, stages=1, max_units=None)
     s = free.stages[0]
     total, _ = stage_memory(graph, s.start, s.end, s.devices, where.machine)
     limit = 0.8 * total
-    found = search(graph, 1, 4, stages=1, max_units=None, memory_gb=limit / 1e9)
+    found = search(graph, 1, 4, machine=DATASHEET_H100, stages=1, max_units=None, memory_gb=limit / 1e9)
     exact = min(fitted_time(graph, 0, len(graph), g, where.machine, limit, 1, 1) for g in (1, 2, 4))
     assert found.estimate > free.estimate
     assert found.estimate == pytest.approx(exact)

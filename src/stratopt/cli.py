@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=_positive(float, "inverse temperature"), default=BETA, metavar="B")
     _options(p, "time", "seed", "json", "pricing", limit="seconds (stops first)")
     p = _add(sub, _plan_cmd)
-    p.add_argument("model", metavar="MODEL", help=network + ", or a Python entry point (module:function)")
+    p.add_argument("model", metavar="MODEL", help=f"{network}, module:function, or mpt:...,seq=S,batch=B")
     p.add_argument("--nodes", type=_count, required=True, metavar="N", help="nodes in the cluster")
     p.add_argument("--gpus-per-node", type=_count, required=True, metavar="G", help="devices per node")
     p.add_argument("--machine", default="h100", metavar="NAME", help="h100 (default), a100, or a machine file")

@@ -171,15 +171,16 @@ MACHINES: dict[str, Machine] = {
         # The step predictor's parameters fitted to the 52 measured MPT runs on H100s (llm-foundry's
         # table, ../shared/measurements): `stratopt calibrate ../shared/measurements/mpt-h100-bf16.csv
         # --machine h100 -o h100.json` from the predictor's defaults. Median |error| 2.9%, 90th
-        # percentile 5.2% (scripts/bench_fidelity.py).
+        # percentile 5.5% (scripts/bench_fidelity.py).
         calibration=(
-            ("attention_efficiency", 0.1802),
-            ("gemm_efficiency", 0.6262),
-            ("gemm_half_gflop", 184.8),
-            ("hbm_efficiency", 1.0),
-            ("network_efficiency", 0.8796),
-            ("overlap", 0.3291),
-            ("step_overhead_ms", 46.74),
+            ("attention_efficiency", 0.18),
+            ("gemm_efficiency", 0.6274),
+            ("gemm_half_gflop", 7.092),
+            ("hbm_efficiency", 0.7087),
+            ("network_efficiency", 0.8374),
+            ("op_overhead_us", 285.1),
+            ("overlap", 0.3453),
+            ("step_overhead_ms", 47.55),
         ),
     ),
 }

@@ -121,20 +121,24 @@ def print_explain(rows: list[dict[str, Any]], units: str) -> None:
     def num(x: float) -> str:
         return "0" if x == 0 else f"{x:.4g}"
 
+    overlapped = any(r.get("hidden", 0.0) > 0 for r in rows)  # a calibrated machine's overlap
+    names = ("compute", "comm", *(("hidden",) if overlapped else ()), "edges in", "total", "memory MiB")
     table = _table(
-        ("operator", "op", "config", "compute", "comm", "edges in", "total", "memory MiB"),
+        ("operator", "op", "config", *names),
         ("operator", "op", "config"),
-        title=f"per-operator costs ({units}; edge costs charged to the consumer; memory per device)",
+        title=f"per-operator costs ({units}; edge costs charged to the consumer; memory per device"
+        + ("; hidden: communication under the compute" if overlapped else "")
+        + ")",
     )
-    keys = ("compute", "comm", "edges_in", "total", "memory_bytes")
+    keys = ("compute", "comm", *(("hidden",) if overlapped else ()), "edges_in", "total", "memory_bytes")
     totals = [0.0] * len(keys)
     for r in rows:
         table.add_row(
-            r["operator"], r["op"], r["config"], *(num(r[k]) for k in keys[:4]), f"{r['memory_bytes'] / 2**20:.1f}"
+            r["operator"], r["op"], r["config"], *(num(r[k]) for k in keys[:-1]), f"{r['memory_bytes'] / 2**20:.1f}"
         )
         totals = [t + r[k] for t, k in zip(totals, keys, strict=True)]
     table.add_section()
-    table.add_row("all", "", "", *(num(t) for t in totals[:4]), f"{totals[4] / 2**20:.1f}")
+    table.add_row("all", "", "", *(num(t) for t in totals[:-1]), f"{totals[-1] / 2**20:.1f}")
     # Piped output gets a width that fits the table instead of rich's 80-column default.
     _console(None if sys.stdout.isatty() else 160).print(table)
 
@@ -274,8 +278,8 @@ def _print_plan(result: Any) -> None:
         print(f"no plan: {plan.note}")
     else:
         gap = ""
-        if result.bound is not None and plan.estimate:
-            gap = f", within {100 * max(0.0, plan.estimate - result.bound) / plan.estimate:.2f}% of the bound"
+        if result.bound is not None and plan.objective:
+            gap = f", within {100 * max(0.0, plan.objective - result.bound) / plan.objective:.2f}% of the bound"
         print(f"plan ({plan.note}{gap}):")
         rows = [("layer", "op", "count", "tensor parallel", "data parallel", "weights")]
         for row in plan.layers:
@@ -304,9 +308,14 @@ def _print_plan(result: Any) -> None:
     best = result.best_baseline()
     speedup = result.speedup()
     if best is not None and speedup is not None:
-        print(f"speed-up over the best baseline that fits ({best.name}): {speedup:.2f}x (additive model)")
+        print(f"speed-up over the best baseline that fits ({best.name}): {speedup:.2f}x (model)")
     elif best is None:
         print("no baseline fits in the memory limit")
+    for b in result.simulated_faster():
+        print(
+            f"the simulator disagrees: {b.name} simulates faster than the plan ({b.simulated:,.1f} against "
+            f"{result.plan.simulated:,.1f} us), though the model prices it {b.estimate / result.plan.estimate:.2f}x slower"
+        )
 
 
 def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
@@ -341,7 +350,7 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
         print(f"micro-batches tried (the model's batch cut into M): {words}")
     line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
     if single:
-        how = "the plan's step" if info.get("tried") else f"{m} x the plan, gradients synced once"
+        how = "the plan, priced as stages are" if info.get("tried") else f"{m} x the plan, gradients synced once"
         line += f"; without pipelining {single:,.1f} us ({how}): {single / info['estimate']:.2f}x by the model"
     print(line)
 

@@ -73,6 +73,17 @@ def test_grouped_query_attention_shares_keys_across_the_group() -> None:
     assert [op.size_of(a) for a in op.attrs["batch"]] == [2, 2]  # batch and kv heads; the group is on q's side
 
 
+def test_sdpa_is_fused_attention() -> None:
+    """scaled_dot_product_attention imports as one fused kernel: its scores and softmax carry their
+    role and hold no memory, so a decoder's kept activations do not grow with the sequence squared."""
+    graph = from_torch(*hf.llama(layers=1, hidden=128, heads=8, kv_heads=2, batch=2, seq=16), name="gqa")
+    costing = build(graph, 1)
+    roles = {op.attrs.get("fused_attention"): vc for op, vc in zip(graph.operators, costing.vertex_costs, strict=True)}
+    assert {"scores", "softmax", "context"} <= set(roles)
+    assert float(roles["scores"].memory[0]) == float(roles["softmax"].memory[0]) == 0.0
+    assert float(roles["context"].memory[0]) > 0.0  # attention's output is kept for the backward pass
+
+
 def test_mixture_of_experts_layer_and_its_all_to_all() -> None:
     """Mixtral's experts become dispatch, expert products batched over the expert axis, and combine;
     changing the routed tokens from a slot split to an expert split costs exactly the all-to-all's
@@ -95,7 +106,7 @@ def test_mixture_of_experts_layer_and_its_all_to_all() -> None:
     by_expert[0, expert_up.axis_index("e")] = p
     cost = profile.edge(dispatch, dispatch.outputs[0], by_slot, expert_up, expert_up.inputs[0].use, by_expert)
     words = experts * slots * hidden / p * (1 - 1 / p)
-    expected = 2 * profile.machine.transfer(np.array([words * profile.dtype_bytes]), np.array([p])) * 1e6
+    expected = 2 * profile.links.transfer(np.array([words * profile.dtype_bytes]), np.array([p])) * 1e6
     assert cost[0, 0] == pytest.approx(float(expected[0]))
     same = profile.edge(dispatch, dispatch.outputs[0], by_slot, dispatch, dispatch.outputs[0], by_slot)
     assert same[0, 0] == 0
@@ -107,6 +118,7 @@ class _Delegate:
     def __init__(self) -> None:
         self.inner = DefaultProfile(get_machine("h100"))
         self.name, self.units, self.machine = self.inner.name, self.inner.units, self.inner.machine
+        self.overlap = self.inner.overlap  # communication hidden under the compute, as the inner profile hides it
 
     def vertex(self, op, configs):
         return self.inner.vertex(op, configs)

@@ -38,6 +38,8 @@ class VertexCosts:
     backward path. A profile that does not say puts half on each path and nothing in ``grad_sync``.
     ``forward_compute`` is the forward pass's part of ``compute`` (default a third: a product's
     backward pass is two products of its size); a recomputed configuration runs it twice.
+    ``weight_gather`` is the part of ``comm`` that all-gathers sharded weights (FSDP, forward and
+    backward), which frameworks prefetch under the compute.
     """
 
     compute: np.ndarray
@@ -46,10 +48,30 @@ class VertexCosts:
     forward_comm: np.ndarray | None = None
     grad_sync: np.ndarray | None = None
     forward_compute: np.ndarray | None = None
+    weight_gather: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:
+        """Compute plus all communication, none of it hidden."""
         return self.compute + self.comm
+
+    def exposed(self, overlap: float) -> np.ndarray:
+        """Compute plus the communication not hidden when collectives run on their own stream and
+        hide under up to ``overlap`` of the compute: the weight gathers under the operator's
+        compute, its gradient reduction under its backward pass (0: :attr:`total`)."""
+        if not overlap:
+            return self.total
+        _, backward = self.compute_phases()
+        sync = self.phases()[2]
+        gather = np.zeros_like(self.comm) if self.weight_gather is None else self.weight_gather
+        hidden = np.minimum(gather, overlap * self.compute) + np.minimum(sync, overlap * backward)
+        return self.total - hidden
+
+    def exposed_sync(self, overlap: float) -> np.ndarray:
+        """The part of :meth:`exposed` that is the gradient reduction: once per iteration however
+        many micro-batches it accumulates."""
+        sync = self.phases()[2]
+        return sync if not overlap else np.maximum(sync - overlap * self.compute_phases()[1], 0.0)
 
     def compute_phases(self) -> tuple[np.ndarray, np.ndarray]:
         """(forward, backward) compute per configuration; they sum to ``compute``."""

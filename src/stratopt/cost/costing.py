@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.configs import ConfigPolicy, configurations
 from stratopt.graph.ir import Graph, Operator
 from stratopt.machine import Machine, get_machine
-from stratopt.problem import StrategyProblem, check_assignment
+from stratopt.problem import StrategyProblem, check_assignment, evaluate
 
 __all__ = [
     "DEFAULT_MACHINES",
@@ -91,6 +91,37 @@ class Costing:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
         return bool(self.sharded[v][c]) if self.sharded else False
 
+    @property
+    def overlap(self) -> float:
+        """The fraction of the compute communication can hide under (the profile's; 0: none)."""
+        return float(getattr(self.profile, "overlap", 0.0))
+
+    def node_costs(self) -> list[np.ndarray]:
+        """Per operator, the cost of each configuration the search optimises: compute plus the
+        exposed communication (:meth:`VertexCosts.exposed`), the problem's node costs."""
+        return [c.exposed(self.overlap) for c in self.vertex_costs]
+
+    def step_time(self, assignment: Sequence[int]) -> float:
+        """The step time of ``assignment`` with communication overlapped as frameworks overlap it:
+        the compute, the communication that lies on the critical path (activations' reductions,
+        re-layouts between operators), the weight gathers beyond ``overlap`` of the compute, the
+        gradient reductions beyond ``overlap`` of the backward pass, and the profile's constant
+        per step. Never above the problem's objective plus that constant (which hides per
+        operator, :meth:`node_costs`), and equal to it where nothing overlaps."""
+        # the edges (re-layouts) are the objective less the node costs; they lie on the critical path
+        critical = float(evaluate(self.problem, assignment).objective)
+        compute = backward = gathers = syncs = 0.0
+        for c, vc, node in zip(assignment, self.vertex_costs, self.node_costs(), strict=True):
+            gather = 0.0 if vc.weight_gather is None else float(vc.weight_gather[c])
+            sync = float(vc.phases()[2][c])
+            compute += float(vc.compute[c])
+            backward += float(vc.compute_phases()[1][c])
+            gathers, syncs = gathers + gather, syncs + sync
+            critical += float(vc.comm[c]) - gather - sync - float(node[c])
+        o = self.overlap
+        exposed = critical + max(0.0, gathers - o * compute) + max(0.0, syncs - o * backward)
+        return compute + exposed + float(getattr(self.profile, "step_overhead", 0.0))
+
     def is_recomputed(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` recomputes its outputs in the backward pass."""
         return bool(self.recomputed[v][c]) if self.recomputed else False
@@ -128,7 +159,8 @@ class Costing:
 
     def explain(self, assignment: Iterable[int]) -> list[dict[str, Any]]:
         """Per-operator breakdown of a strategy: configuration, compute, communication inside the
-        operator, communication on its input edges, and memory per device.
+        operator (``comm``; ``hidden``: the part of it that overlaps the compute), communication on
+        its input edges, and memory per device.
 
         Edge costs are charged to the consumer. The rows' ``total`` column sums to the
         strategy's objective.
@@ -138,10 +170,11 @@ class Costing:
         for e, (u, v, _) in enumerate(self.edges):
             incoming[v] += float(self.problem.edge_cost(e)[choice[u], choice[v]])
         rows = []
-        for v, op in enumerate(self.graph.operators):
+        for v, (op, node) in enumerate(zip(self.graph.operators, self.node_costs(), strict=True)):
             c = int(choice[v])
             costs = self.vertex_costs[v]
             compute, comm = float(costs.compute[c]), float(costs.comm[c])
+            hidden = compute + comm - float(node[c])
             rows.append(
                 {
                     "operator": op.name,
@@ -152,8 +185,9 @@ class Costing:
                     "choices": int(self.configs[v].shape[0]),
                     "compute": compute,
                     "comm": comm,
+                    "hidden": hidden,
                     "edges_in": float(incoming[v]),
-                    "total": compute + comm + float(incoming[v]),
+                    "total": float(node[c]) + float(incoming[v]),
                     "memory_bytes": float(costs.memory[c]),
                 }
             )
@@ -299,10 +333,10 @@ def build(
     if recompute:
         for key, v in first.items():
             cfg, costs = unique_configs[key], unique_costs[key]
-            compute, comm, memory, fwd, sync, _ = _fields(costs)
+            compute, comm, memory, fwd, sync, _, gather = _fields(costs)
             ahead = costs.compute_phases()[0]
-            held = output_bytes(ops[v], cfg, prof.dtype_bytes)
-            again = (compute + ahead, comm + fwd, memory - held, fwd, sync, ahead)
+            held = np.minimum(output_bytes(ops[v], cfg, prof.dtype_bytes), memory)  # none inside a fused kernel
+            again = (compute + ahead, comm + fwd, memory - held, fwd, sync, ahead, gather)
             unique_configs[key] = np.vstack([cfg, cfg])
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])
@@ -341,8 +375,9 @@ def build(
             "usages": [np.ceil(c.memory).astype(np.int64) for c in vcosts],
             "usage_limit": int(memory_gb * 1e9),
         }
+    overlap = float(getattr(prof, "overlap", 0.0))
     problem = StrategyProblem(
-        [c.total for c in vcosts],
+        [c.exposed(overlap) for c in vcosts],
         [(u, v) for u, v, _ in edges],
         matrices,
         names=[op.name for op in ops],
@@ -372,15 +407,17 @@ def build(
 
 def _fields(c: VertexCosts) -> tuple[Any, ...]:
     """compute, comm, memory, the forward and gradient-sync communication (their defaults filled
-    in) and the forward compute (None for the default third), in :class:`VertexCosts`' order."""
+    in), the forward compute (None for the default third) and the weight gathers (zeros where not
+    given), in :class:`VertexCosts`' order."""
     fwd, _, sync = c.phases()
-    return (c.compute, c.comm, c.memory, fwd, sync, c.forward_compute)
+    gather = np.zeros_like(c.comm) if c.weight_gather is None else c.weight_gather
+    return (c.compute, c.comm, c.memory, fwd, sync, c.forward_compute, gather)
 
 
 def _joined(first: tuple[Any, ...], then: tuple[Any, ...]) -> VertexCosts:
     """The costs of ``first``'s configurations followed by ``then``'s (a forward compute left to
     its default on one side and given on the other is filled in as the default)."""
-    if (first[-1] is None) != (then[-1] is None):
-        first, then = ((*side[:-1], side[0] / 3.0 if side[-1] is None else side[-1]) for side in (first, then))
+    if (first[5] is None) != (then[5] is None):
+        first, then = ((*side[:5], side[0] / 3.0 if side[5] is None else side[5], side[6]) for side in (first, then))
     joined: list[Any] = [None if a is None else np.concatenate([a, b]) for a, b in zip(first, then, strict=True)]
     return VertexCosts(*joined)

@@ -15,9 +15,25 @@ Per training step and per device, in microseconds:
 - memory: weights, gradients and optimizer state of the device's weight blocks plus its output
   activations (kept for the backward pass), in bytes; it becomes the usage constraint when a
   memory limit is given.
+
+On a calibrated machine (one with a fitted :class:`~stratopt.planning.predict.Calibration`, such
+as the ``h100`` preset) the same operators are priced as the step predictor prices them, with the
+fitted parameters in place of the datasheet's: a product of ``w`` flops per device takes
+``(w + gemm_half) / (gemm_efficiency x peak)`` (small products do not reach the peak); products
+marked ``fused_attention`` (FlashAttention, :mod:`stratopt.planning.decoder`) run the causal half
+at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomputes the scores),
+and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
+of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
+FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); Adam's step streams 30 bytes per weight element held.
+Weight gathers (FSDP) and gradient reductions hide under up to ``overlap`` of the compute
+(:meth:`~stratopt.cost.common.VertexCosts.exposed`); ``step_overhead_ms`` is a constant per step.
+An operator marked ``tied`` reads another's weight (a tied output projection): its weight has no
+state, gather or gradient reduction of its own.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -30,6 +46,7 @@ from stratopt.cost.common import (
     halo,
     lstm_relay,
     memory_bytes,
+    output_bytes,
     per_device,
     replicas,
     span,
@@ -59,9 +76,28 @@ class DefaultProfile(EdgePricing):
         self.state_bytes = state_bytes
         self.flops = machine.peak_tflops * 1e12 * machine.efficiency
         self.hbm = machine.hbm_gbps * 1e9
+        self.calibrated = bool(machine.calibration)
+        #: the links collectives and messages run on (their achieved bandwidth)
+        self.links = machine
+        self.attention_flops, self.gemm_half = self.flops, 0.0
+        self.op_overhead = self.overlap = self.step_overhead = 0.0
+        if self.calibrated:
+            from stratopt.planning.predict import calibration_of
+
+            c = calibration_of(machine)
+            peak = machine.peak_tflops * 1e12
+            self.flops, self.gemm_half = peak * c.gemm_efficiency, c.gemm_half_gflop * 1e9
+            self.attention_flops = peak * c.attention_efficiency
+            self.hbm = machine.hbm_gbps * 1e9 * c.hbm_efficiency
+            net = c.network_efficiency
+            self.links = dataclasses.replace(
+                machine, intra_gbps=machine.intra_gbps * net, inter_gbps=machine.inter_gbps * net
+            )
+            self.op_overhead, self.overlap = c.op_overhead_us, c.overlap
+            self.step_overhead = c.step_overhead_ms * 1e3
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
-        return self.machine.all_reduce(elems * self.dtype_bytes, group, spans) * _US
+        return self.links.all_reduce(elems * self.dtype_bytes, group, spans) * _US
 
     def _stream(self, elems: np.ndarray) -> np.ndarray:
         """Microseconds to read or write ``elems`` elements of device memory."""
@@ -71,10 +107,27 @@ class DefaultProfile(EdgePricing):
         cfg = configs.astype(np.float64)
         handler = getattr(self, f"_{op.op}", self._layout)
         compute, comm = handler(op, cfg)
-        fwd = sync = None
+        fwd = sync = ahead = None
         if op.op in ("gemm", "conv", "lstm"):
             fwd, sync = self._gemm_phases(op, cfg, comm)
-        return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes), fwd, sync)
+        memory = memory_bytes(op, configs, self.dtype_bytes, self.state_bytes)
+        role = op.attrs.get("fused_attention")
+        if role in ("scores", "softmax"):  # inside the fused kernel: nothing stored
+            memory = memory - output_bytes(op, configs, self.dtype_bytes)
+        if op.attrs.get("tied"):
+            memory = memory - weight_tile(op, cfg) * (2 * self.dtype_bytes + self.state_bytes)
+        if self.calibrated:
+            if role:
+                ahead = compute / 3.5 if role == "scores" else np.zeros_like(compute)
+            compute = compute + self._optimizer(op, weight_tile(op, cfg))
+        return VertexCosts(compute, comm, memory, fwd, sync, ahead)
+
+    def _optimizer(self, op: Operator, held: np.ndarray) -> np.ndarray:
+        """Adam's step over the weight elements held: fp32 master weights, gradients and two
+        moments read and written (30 bytes per element); none for a tied weight."""
+        if not self.calibrated or op.attrs.get("tied"):
+            return np.zeros_like(held)
+        return held * 30.0 / self.hbm * _US
 
     def _gemm_phases(self, op: Operator, cfg: np.ndarray, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(forward, weight-gradient) parts of a product's communication (see VertexCosts)."""
@@ -94,7 +147,7 @@ class DefaultProfile(EdgePricing):
 
     def message(self, words: float, same_node: bool) -> float:
         """Microseconds for one point-to-point message of ``words`` values (the simulator's transfers)."""
-        m = self.machine
+        m = self.links
         bw, lat = (m.intra_gbps, m.intra_latency_us) if same_node else (m.inter_gbps, m.inter_latency_us)
         return words * self.dtype_bytes / (bw * 1e3) + lat
 
@@ -102,15 +155,18 @@ class DefaultProfile(EdgePricing):
         if op.attrs.get("lookup"):
             return self._lookup(op, cfg, per_device(op, cfg))
         g = gemm_shape(op, cfg)
-        compute = g.bb * 3.0 * 2.0 * g.m * g.n * g.k / self.flops * _US
-        # Fused pointwise ops: forward and backward passes over the output block.
-        compute = compute + self._stream(g.bb * g.m * g.n * 4.0 * op.pointwise)
+        work = g.bb * 2.0 * g.m * g.n * g.k  # forward flops per device
+        if op.attrs.get("fused_attention"):  # the causal half, forward and 2.5x in the backward
+            work = work * (0.5 if op.attrs.get("causal") else 1.0)
+            compute = 3.5 * work / self.attention_flops * _US
+        else:
+            compute = 3.0 * (work + self.gemm_half) / self.flops * _US
+            # Fused pointwise ops: forward and backward passes over the output block.
+            compute = compute + self._stream(g.bb * g.m * g.n * 4.0 * op.pointwise)
         m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))
-        comm = (
-            self._ar(g.bb * g.m * g.n, g.ck, k)
-            + self._ar(g.bb * g.m * g.k, g.cn, n)
-            + self._ar(g.bb * g.n * g.k, g.cm, m)
-        )
+        comm = self._ar(g.bb * g.m * g.n, g.ck, k) + self._ar(g.bb * g.m * g.k, g.cn, n)
+        if not op.attrs.get("tied"):  # a tied weight's gradient is reduced with its owner's
+            comm = comm + self._ar(g.bb * g.n * g.k, g.cm, m)
         return compute, comm
 
     _conv = _gemm
@@ -137,7 +193,7 @@ class DefaultProfile(EdgePricing):
         # Every cell's output (b, n) is re-laid as the next cell's input (b, k): one message per
         # layer and time step when the layouts differ.
         words, group, steps = lstm_relay(op, cfg)
-        relay = self.machine.transfer(words * self.dtype_bytes, group) * _US
+        relay = self.links.transfer(words * self.dtype_bytes, group) * _US
         return compute, comm + steps * 2.0 * relay
 
     def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +207,7 @@ class DefaultProfile(EdgePricing):
         out = per_device(op, cfg).prod(axis=1)
         compute = self._stream(2.0 * (image.prod() / splits.prod(axis=1) + out))
         ghost, group = halo(op, cfg)
-        exchange = self.machine.transfer(ghost * self.dtype_bytes, group, messages=2) * _US
+        exchange = self.links.transfer(ghost * self.dtype_bytes, group, messages=2) * _US
         return compute, 2.0 * exchange
 
     def _norm(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,7 +223,7 @@ class DefaultProfile(EdgePricing):
         return compute, comm
 
     def _softmax(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._rows(op, cfg, 6.0)
+        return self._rows(op, cfg, 0.0 if op.attrs.get("fused_attention") else 6.0)
 
     def _softmax_xent(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._rows(op, cfg, 4.0)
@@ -198,7 +254,7 @@ class DefaultProfile(EdgePricing):
     def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
         # Forward activation and backward gradient: two messages.
-        return 2.0 * self.machine.transfer(words * self.dtype_bytes, group) * _US
+        return 2.0 * self.links.transfer(words * self.dtype_bytes, group) * _US
 
     def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> VertexCosts:
         """The same configurations with the operator's weight state sharded over its replicas (ZeRO-3 /
@@ -209,16 +265,23 @@ class DefaultProfile(EdgePricing):
         path; the weight-gradient sync halves; the state held drops to 1/r."""
         cfg = configs.astype(np.float64)
         reps, spans = replicas(op, cfg)
-        held = weight_tile(op, cfg)
-        gather = self.machine.all_gather(held * self.dtype_bytes, reps, spans) * _US
+        held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
+        gather = self.links.all_gather(held * self.dtype_bytes, reps, spans) * _US
         fwd, _, sync = base.phases()
         saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / reps)
+        # gathered for the forward pass and again for the backward; the optimizer steps on 1/r;
+        # FSDP's work around each module it wraps (hooks, gather and reshard bookkeeping): a fixed
+        # cost per pass of every product whose weights it shards
+        optimizer = self._optimizer(op, held) * (1.0 - 1.0 / reps)
+        hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
         return VertexCosts(
-            base.compute,
+            base.compute - optimizer + hooks,
             base.comm + gather,
             base.memory - saved,
             fwd + gather,
             np.clip(sync - gather, 0.0, None),
+            base.forward_compute,
+            2.0 * gather,
         )
 
     def describe(self) -> str:

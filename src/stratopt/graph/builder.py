@@ -4,6 +4,7 @@ variables). :class:`~stratopt.graph.layers.GraphBuilder` adds the compute layers
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,6 +109,15 @@ class Builder:
         groups = axes_groups([f"d{i}" for i in range(len(x))])
         inputs = [(x, groups), *extra]
         return self._add(kind, name, op, [g[0] for g in groups], x.shape, inputs, [(x.shape, groups)], **options)[0]
+
+    def annotate(self, t: TensorRef, **attrs: Any) -> None:
+        """Add ``attrs`` to the attributes of the operator that produced ``t`` (how a profile should
+        price it: ``fused_attention``, ``causal``, ``tied``)."""
+        for i, op in enumerate(self._ops):
+            if op.name == t.source:
+                self._ops[i] = dataclasses.replace(op, attrs={**op.attrs, **attrs})
+                return
+        raise ModelError(f"annotate: {t.source!r} is not an operator of this graph")
 
     def build(self) -> Graph:
         """The graph built so far (validated)."""

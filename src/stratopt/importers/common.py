@@ -196,7 +196,8 @@ def _emit_one(
         return None
     if kind == "sdpa" and len(tensors) >= 3 and all(x in env for x in ins[:3]):
         q, k, v = (env[x] for x in ins[:3])
-        return attention(g, _safe(n.name), q, k, v, pointwise=pw + (1 if len(ins) > 3 else 0))
+        masked = 1 if len(ins) > 3 else 0
+        return attention(g, _safe(n.name), q, k, v, pointwise=pw + masked, causal=bool(a.get("causal")))
     cubes = [p for p in params if len(p.shape) == 3]  # expert weights (not their biases)
     if kind == "moe" and tensors and len(cubes) >= 2:
         up, down = cubes[0].shape, cubes[-1].shape
@@ -331,13 +332,26 @@ def _linear_equation(rank: int) -> str:
     return f"{lead}k,nk->{lead}n"
 
 
-def attention(g: GraphBuilder, name: str, q: TensorRef, k: TensorRef, v: TensorRef, *, pointwise: int = 1) -> TensorRef:
+def attention(
+    g: GraphBuilder,
+    name: str,
+    q: TensorRef,
+    k: TensorRef,
+    v: TensorRef,
+    *,
+    pointwise: int = 1,
+    fused: bool = True,
+    causal: bool = False,
+) -> TensorRef:
     """``softmax(q k^T * scale) v`` over ``(..., heads, seq, dim)`` tensors, as what it computes:
     two batched products and a softmax (``<name>.scores``, ``<name>.softmax``, ``<name>``).
 
     Grouped-query attention (k and v with fewer heads than q, each serving a group of q heads) is
     the same products with the group as an axis of q's side: q is reshaped to (..., kv heads,
     group, seq, dim), so no copy of k or v is priced. ``pointwise`` counts the fused scale (and mask).
+    ``fused``: the three run as one kernel, as ``scaled_dot_product_attention`` runs them
+    (FlashAttention: the scores neither stored nor streamed; ``causal``: the kernel skips the
+    masked half); the operators carry their role in ``fused_attention``.
     """
     if not (len(q) == len(k) == len(v) >= 3) or q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
         raise ModelError(f"attention: shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)} do not attend")
@@ -355,6 +369,9 @@ def attention(g: GraphBuilder, name: str, q: TensorRef, k: TensorRef, v: TensorR
     scores = g.einsum(s_eq, qq, k, pointwise=pointwise, name=f"{name}.scores")
     probs = g.softmax(scores, -1, name=f"{name}.softmax")
     out = g.einsum(o_eq, probs, v, name=name if group == 1 else f"{name}.grouped")
+    if fused:
+        for role, t in (("scores", scores), ("softmax", probs), ("context", out)):
+            g.annotate(t, fused_attention=role, causal=causal)
     if group > 1:
         out = g.reshape(out, (*q.shape[:-1], v.shape[-1]), name=name)
     return out

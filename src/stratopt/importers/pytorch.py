@@ -223,7 +223,8 @@ def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]
 
 def _attention(node: Any, ins: list[str], shape: tuple[int, ...]) -> list[Node]:
     """scaled_dot_product_attention(q, k, v[, mask]) (see :func:`~stratopt.importers.common.attention`)."""
-    return [Node(node.name, "sdpa", ins, shape, {"op": "scaled_dot_product_attention"})]
+    causal = node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False)
+    return [Node(node.name, "sdpa", ins, shape, {"op": "scaled_dot_product_attention", "causal": bool(causal)})]
 
 
 def reference_flops(module: Any, example_inputs: Sequence[Any]) -> float:

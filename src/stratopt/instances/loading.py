@@ -36,7 +36,8 @@ def forget_entry_points() -> None:
 
 def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph | PlacementInstance:
     """A StrategyProblem (IOPDDL file or built-in), an operator :class:`Graph` (network name,
-    graph file, ONNX model file or ``module:function`` entry point) or a
+    graph file, ONNX model file, ``module:function`` entry point, or a decoder shape with its run,
+    ``mpt:layers=32,d_model=4096,heads=32,vocab=50368,seq=2048,batch=48``) or a
     :class:`~stratopt.placement.PlacementInstance`. Raises :class:`ModelError` naming the path on
     any problem. An entry point is called once per process and its graph kept (a command may ask
     twice); :func:`load_entry_point` calls it afresh.
@@ -49,6 +50,10 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
     14
     """
     text = os.fspath(instance)
+    if text not in BUILTIN and not Path(text).exists() and text.startswith(("mpt:", "gpt:")):
+        from stratopt.planning.decoder import decoder_graph
+
+        return decoder_graph(text)
     if text not in BUILTIN and not Path(text).exists() and is_entry_point(text):
         if text not in _ENTRY_GRAPHS:  # a command may ask twice; a 70B model imports once
             _ENTRY_GRAPHS[text] = load_entry_point(text)

@@ -62,7 +62,7 @@ def _pick(
     operator has no allowed configuration, ``fallback`` (if given) says which it takes instead, and
     ``notes`` records it."""
     graph, problem = costing.graph, costing.problem
-    costs = []
+    costs, node_costs = [], costing.node_costs()
     for v, op in enumerate(graph.operators):
         table = costing.configs[v]
         rows = [dict(zip(op.axes, r, strict=True)) for r in table.tolist()]
@@ -80,7 +80,7 @@ def _pick(
                 notes.append(op.name)
         if not ok.any():
             return why(op)
-        costs.append(np.where(ok, np.asarray(costing.vertex_costs[v].total, dtype=np.float64), float(FORBIDDEN)))
+        costs.append(np.where(ok, np.asarray(node_costs[v], dtype=np.float64), float(FORBIDDEN)))
     found = exact_dp(problem.replace(node_costs=costs), None)
     if found is None:
         return "the pattern admits no strategy"

@@ -35,7 +35,7 @@ def solve_under_memory(
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """(assignment, status, lower bound): the DP's optimum if it fits, else Lagrangian bisection on
     one price per byte, each step an exact DP; the bound is the best dual value."""
-    base = [np.asarray(c.total, dtype=np.float64) for c in costing.vertex_costs]
+    base = [np.asarray(n, dtype=np.float64) for n in costing.node_costs()]
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
     return under_memory(costing.problem, base, memory, limit, time_limit, say)
 

@@ -83,29 +83,40 @@ def plan_pipeline(
     else:
         raise ModelError(f"micro-batches must be a positive integer or 'auto', got {microbatches!r}")
     timeline, info = simulate(graph, found, machine, schedule)
+    constant = _per_step(machine)  # outside the stages' work: once per iteration
     for line in write_timeline(events(timeline), trace_file=trace, gantt_file=gantt, title=f"{graph.name}: {schedule}"):
         say(line)
     out: dict[str, Any] = {
         "microbatches": found.microbatches,
         "schedule": schedule,
-        "estimate": found.estimate,
-        "simulated": info["iteration_time"],
+        "estimate": found.estimate + constant,
+        "simulated": info["iteration_time"] + constant,
         "bubble": info["bubble"],
         "transfers": list(found.transfers),
         "stages": describe(graph, found, machine),
     }
     if tried:
-        out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e} for m, e in tried]
+        out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e + constant} for m, e in tried]
     if beside is not None:
-        out["without_pipelining"] = _without_pipelining(beside, microbatches)
+        single = _without_pipelining(beside, microbatches)
+        out["without_pipelining"] = None if single is None else single + constant
     return out
 
 
+def _per_step(machine: Any) -> float:
+    """The ``default`` profile's constant per step on ``machine`` (microseconds; 0 uncalibrated)."""
+    from stratopt.cost.default import DefaultProfile
+    from stratopt.machine import get_machine
+
+    return float(DefaultProfile(get_machine(machine) if isinstance(machine, str) else machine).step_overhead)
+
+
 def _without_pipelining(result: Any, microbatches: int | str) -> float | None:
-    single = result.plan.estimate
+    single = result.plan.objective  # priced as the pipeline's stages are: per operator, no constant per step
     if single is not None and microbatches != "auto" and result.plan.assignment is not None:
         m = int(microbatches)
         phases = zip(result.costing.vertex_costs, result.plan.assignment, strict=True)
-        sync = sum(float(c.phases()[2][a]) for c, a in phases)
+        o = result.costing.overlap
+        sync = sum(float(c.exposed_sync(o)[a]) for c, a in phases)
         single = m * single - (m - 1) * sync
     return single

@@ -41,6 +41,12 @@ __all__ = ["STRATEGIES", "Calibration", "Decoder", "Prediction", "Run", "calibra
 STRATEGIES = ("fsdp", "zero2", "ddp", "megatron-tpT")
 
 
+#: Products with weights of one decoder block (the q/k/v product, the output projection, the MLP's
+#: two) and outside the blocks (embedding, output projection): those of the decoder's graph, each
+#: of which costs ``op_overhead_us`` per pass where FSDP shards its weights.
+BLOCK_OPERATORS, OUTER_OPERATORS = 4, 2
+
+
 @dataclass(frozen=True)
 class Calibration:
     """A machine's free parameters (fractions of its datasheet figures, and a few sizes).
@@ -51,18 +57,24 @@ class Calibration:
     ``hbm_efficiency``: the fraction of HBM bandwidth memory-bound operators reach;
     ``network_efficiency``: the fraction of link bandwidth collectives reach;
     ``overlap``: the fraction of the compute that communication can hide under;
-    ``step_overhead_ms``: a fixed cost per step (launches, the data loader, logging).
+    ``step_overhead_ms``: a fixed cost per step (the data loader, logging);
+    ``op_overhead_us``: a fixed cost per product and pass where FSDP shards the weights (its hooks
+    around each module: gathers launched and awaited, shards freed); what keeps small models far
+    from the peak in the measured runs, which all shard.
     Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
     fits it within.
     """
 
     gemm_efficiency: float = field(default=0.7, metadata={"fit": (0.2, 1.0)})
-    gemm_half_gflop: float = field(default=1.0, metadata={"fit": (0.001, 10000.0)})
+    # cuBLAS reaches half its large-product rate on products of a few GFLOP; the bound keeps the
+    # fit from trading this curve against the per-operator overhead, which the rows cannot tell apart.
+    gemm_half_gflop: float = field(default=1.0, metadata={"fit": (0.001, 20.0)})
     attention_efficiency: float = field(default=0.4, metadata={"fit": (0.05, 1.0)})
     hbm_efficiency: float = field(default=0.7, metadata={"fit": (0.1, 1.0)})
     network_efficiency: float = field(default=0.7, metadata={"fit": (0.05, 1.0)})
     overlap: float = field(default=0.8, metadata={"fit": (0.0, 1.0)})
     step_overhead_ms: float = field(default=5.0, metadata={"fit": (0.0, 500.0)})
+    op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -207,16 +219,22 @@ def predict(model: Decoder, run: Run, machine: str | Machine = "h100") -> Predic
         return flops / (peak * max(eff, 1e-9))
 
     # One block's forward on one micro-batch: its four products (split t ways), fused causal
-    # attention, and the memory-bound work (norms, residual adds, the activation).
+    # attention, the memory-bound work and each operator's fixed cost, as the ``default`` profile
+    # prices the operators of the decoder's graph (stratopt.planning.decoder): a norm streams 8
+    # values per element forward and backward, a residual add 6, the activation fused into the
+    # MLP's first product 4; the backward pass is two thirds of that, and of each operator's cost.
     block_gemms = sum(gemm(2.0 * T * d * n / t) for n in (3 * d, d, ff, ff))
     attention = 2.0 * T * s * d / t / (peak * max(c.attention_efficiency, 1e-6))
-    streamed = 2.0 * T * d * (12.0 + 2.0 * model.mlp_ratio / t) / hbm
-    block_fwd = block_gemms + attention + streamed
-    block_bwd = 2.0 * block_gemms + 2.5 * attention + 2.0 * streamed
-    head = gemm(2.0 * T * d * V / t)
-    head_streamed = 10.0 * T * V / t / hbm
-    fwd = L * block_fwd + head + head_streamed
-    bwd = L * block_bwd + 2.0 * head + head_streamed + (L * block_fwd if run.recompute else 0.0)
+    streamed = 2.0 * T * d * (2 * 8.0 + 2 * 6.0 + 4.0 * model.mlp_ratio / t) / hbm / 3.0
+    ops = c.op_overhead_us * 1e-6 if run.strategy in ("fsdp", "zero2") else 0.0  # FSDP's hooks per module
+    block_fwd = block_gemms + attention + streamed + BLOCK_OPERATORS * ops
+    block_bwd = 2.0 * block_gemms + 2.5 * attention + 2.0 * (streamed + BLOCK_OPERATORS * ops)
+    # Outside the blocks: the embedding (a gather, 4 values per element), the final norm, the
+    # output projection and the loss (4 passes over the logits).
+    outer = gemm(2.0 * T * d * V / t)
+    outer_streamed = 2.0 * T * (4.0 * d + 8.0 * d + 4.0 * V / t) / hbm / 3.0 + OUTER_OPERATORS * ops
+    fwd = L * block_fwd + outer + outer_streamed
+    bwd = L * block_bwd + 2.0 * (outer + outer_streamed) + (L * block_fwd if run.recompute else 0.0)
 
     # Communication: an all-gather or reduce-scatter over the data-parallel group, one per block
     # (FSDP's units) and one for the embedding, in two levels: inside each node on its fabric,

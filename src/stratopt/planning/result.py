@@ -14,8 +14,12 @@ from stratopt.planning.cluster import Cluster
 class Strategy:
     """One strategy on the cluster: the plan or a baseline.
 
-    ``estimate`` is the additive model's step time and ``simulated`` the simulator's (microseconds;
-    None where not simulated), ``memory`` the bytes per device, ``layers`` the strategy in words, one
+    ``estimate`` is the model's step time (:meth:`~stratopt.cost.Costing.step_time`: communication
+    overlapped as frameworks overlap it), ``objective`` the cost the search minimised (the same
+    with the overlap taken per operator, no constant per step: what the bound bounds), and
+    ``simulated`` the simulator's (with the profile's constant per step; microseconds; None where
+    not simulated), ``memory`` the bytes
+    per device, ``layers`` the strategy in words, one
     row per group of operators that hold weights (identical layers collapsed). ``note`` says how it
     was obtained, or why it cannot be expressed (then ``assignment`` is None).
     """
@@ -28,11 +32,13 @@ class Strategy:
     fits: bool
     note: str = ""
     layers: tuple[dict[str, Any], ...] = ()
+    objective: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "estimate": self.estimate,
+            "objective": self.objective,
             "simulated": self.simulated,
             "memory": self.memory,
             "fits": self.fits,
@@ -57,7 +63,7 @@ class PlanResult:
     costing: Any = field(repr=False, compare=False, default=None)
 
     def best_baseline(self) -> Strategy | None:
-        """The fastest baseline that fits (by the additive estimate), or None."""
+        """The fastest baseline that fits (by the estimate), or None."""
         fitting = [b for b in self.baselines if b.fits and b.estimate is not None]
         return min(fitting, key=lambda b: b.estimate or 0.0) if fitting else None
 
@@ -67,6 +73,12 @@ class PlanResult:
         if best is None or best.estimate is None or self.plan.estimate is None or not self.plan.fits:
             return None
         return best.estimate / self.plan.estimate
+
+    def simulated_faster(self) -> list[Strategy]:
+        """The baselines that fit and that the simulator runs faster than the plan: where the
+        estimate the plan was chosen by and the simulator disagree (empty when not simulated)."""
+        p = self.plan.simulated
+        return [b for b in self.baselines if b.fits and p is not None and b.simulated is not None and b.simulated < p]
 
     def export(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON keyed by operator (module) name, each split as mesh dimensions
@@ -94,4 +106,5 @@ class PlanResult:
             "baselines": [b.to_dict() for b in self.baselines],
             "best_baseline": None if best is None else best.name,
             "speedup": self.speedup(),
+            "simulated_faster": [b.name for b in self.simulated_faster()],
         }

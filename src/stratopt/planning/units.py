@@ -83,7 +83,10 @@ class StageCosts:
 
             costing = self.costing(g)
             share = 1.0 - 1.0 / self.microbatches
-            nodes = [np.asarray(c.total, dtype=np.float64) - share * c.phases()[2] for c in costing.vertex_costs]
+            o = costing.overlap
+            nodes = [
+                n - share * c.exposed_sync(o) for n, c in zip(costing.node_costs(), costing.vertex_costs, strict=True)
+            ]
             dtype = costing.profile.dtype_bytes
             acts = [
                 sum(
