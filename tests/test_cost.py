@@ -212,3 +212,24 @@ def test_graph_cutoff_is_the_default_policy():
     assert build(graph, 4, profile="pase").problem.num_choices[1] == 14  # the layer axis splits
     assert build(graph, 4, profile="pase", cutoff=4).problem.num_choices[1] == 10
     assert build(ZOO["alexnet"].build(), 4).policy.cutoff == 4
+
+
+def test_default_edge_prices_the_fan_out_to_more_devices():
+    """A tensor produced on 2 devices (batch split) and read on 4 (batch split, and each half
+    copied to the 2 devices of a feature split): each consumer device lacks its whole tile, and each
+    producer device sends its tile to 2 neighbours; priced on the links of those 2. Between layouts
+    on as many devices, the edge is the words each consumer lacks (PaSE's rule)."""
+    from stratopt.cost.default import DefaultProfile
+
+    g = GraphBuilder("fan")
+    g.fc(g.fc(g.input((64, 256)), 256), 512)
+    first, second = g.build().operators
+    profile = DefaultProfile(DATASHEET_H100)
+    by_batch = np.array([[2 if a == "b" else 1 for a in first.axes]])
+    fanned = np.array([[2 if a in ("b", "n") else 1 for a in second.axes]])
+    batch_only = np.array([[2 if a == "b" else 1 for a in second.axes]])
+    out, use = first.outputs[0], second.inputs[0].use
+    tile = 64 * 256 / 2  # a batch half, on both sides
+    expected = 2 * DATASHEET_H100.transfer(np.array(tile * 2.0), np.array(2.0)) * 1e6
+    assert profile.edge(first, out, by_batch, second, use, fanned)[0, 0] == pytest.approx(float(expected))
+    assert profile.edge(first, out, by_batch, second, use, batch_only)[0, 0] == 0.0  # the same tiles

@@ -11,7 +11,8 @@ Per training step and per device, in microseconds:
   intra-node when the group lies in a node (:mod:`stratopt.machine`; devices numbered with an
   operator's feature axes innermost: :func:`~stratopt.cost.common.span`);
 - edges: the bytes each consumer device lacks, forward and backward, as two messages on the
-  link the larger of the two layouts uses;
+  link the larger of the two layouts uses; where the consumer spreads over more devices than the
+  producer, a producer device sends to several through its own links, and the busier side counts;
 - memory: weights, gradients and optimizer state of the device's weight blocks plus its output
   activations (kept for the backward pass), in bytes; it becomes the usage constraint when a
   memory limit is given.
@@ -44,15 +45,17 @@ from stratopt.cost.common import (
     gemm_axes,
     gemm_shape,
     halo,
+    layout,
     lstm_relay,
     memory_bytes,
+    needed_words,
     output_bytes,
     per_device,
     replicas,
     span,
     weight_tile,
 )
-from stratopt.graph.ir import Operator
+from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine
 
 __all__ = ["DefaultProfile"]
@@ -250,6 +253,35 @@ class DefaultProfile(EdgePricing):
 
     def _layout(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(cfg.shape[0]), np.zeros(cfg.shape[0])
+
+    def edge(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+    ) -> np.ndarray:
+        """Each consumer device receives the words it lacks. Where the consumer runs on more devices
+        than the producer (its tiles, or copies of them on the splits of axes the tensor does not
+        have), some consumer device holds nothing of the tensor and receives its whole tile, and each
+        producer device sends to ``pd / ps`` consumer devices through its own links (inside a node
+        when they fit in one): its own tile, once, scattered or broadcast along a ring. The busier
+        of the two sides sets the time."""
+        src = layout(producer, produced, src_configs)
+        dst = layout(consumer, consumed, dst_configs)
+        words = needed_words(produced.shape, src, dst)
+        fan = np.prod(dst_configs, axis=1)[None, :] / np.prod(src_configs, axis=1)[:, None]
+        tile = np.prod(np.asarray(produced.shape, dtype=np.float64) / dst, axis=1)[None, :]
+        spread = fan > 1.0
+        words = np.where(spread, np.maximum(words, tile), words)
+        # the devices a producer device feeds sit next to each other (feature axes innermost): a
+        # fan-out over at most a node's devices stays on the node's links, both ways
+        own = np.prod(np.asarray(produced.shape, dtype=np.float64) / src, axis=1)[:, None]
+        sent = np.minimum(words * fan, own)  # its tile, scattered or broadcast along a ring
+        fanned = 2.0 * self.links.transfer(np.maximum(words, sent) * self.dtype_bytes, fan) * _US
+        return np.where(spread, fanned, self.words_cost(words, src, dst))
 
     def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
