@@ -292,7 +292,16 @@ class EdgePricing:
         """The edge's cost matrix (Ku x Kv) for every pair of the two operators' configurations."""
         src = layout(producer, produced, src_configs)
         dst = layout(consumer, consumed, dst_configs)
-        return self.words_cost(needed_words(produced.shape, src, dst), src, dst)
+        devices = (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1))
+        return self.relayout_cost(produced.shape, src, dst, devices)
+
+    def relayout_cost(
+        self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """The cost of changing a tensor of ``shape`` from the producer's tiles ``src`` to the
+        consumer's ``dst``, the two operators running on ``devices`` (per configuration, each
+        side): the words each consumer device lacks (:func:`needed_words`), priced."""
+        return self.words_cost(needed_words(shape, src, dst), src, dst)
 
     def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """The cost of moving ``words`` (Ku x Kv) between the producer's tiles ``src`` and the

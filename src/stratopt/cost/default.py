@@ -45,7 +45,6 @@ from stratopt.cost.common import (
     gemm_axes,
     gemm_shape,
     halo,
-    layout,
     lstm_relay,
     memory_bytes,
     needed_words,
@@ -55,7 +54,7 @@ from stratopt.cost.common import (
     span,
     weight_tile,
 )
-from stratopt.graph.ir import Operator, TensorUse
+from stratopt.graph.ir import Operator
 from stratopt.machine import Machine
 
 __all__ = ["DefaultProfile"]
@@ -254,14 +253,8 @@ class DefaultProfile(EdgePricing):
     def _layout(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(cfg.shape[0]), np.zeros(cfg.shape[0])
 
-    def edge(
-        self,
-        producer: Operator,
-        produced: TensorUse,
-        src_configs: np.ndarray,
-        consumer: Operator,
-        consumed: TensorUse,
-        dst_configs: np.ndarray,
+    def relayout_cost(
+        self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]
     ) -> np.ndarray:
         """Each consumer device receives the words it lacks. Where the consumer runs on more devices
         than the producer (its tiles, or copies of them on the splits of axes the tensor does not
@@ -269,16 +262,14 @@ class DefaultProfile(EdgePricing):
         producer device sends to ``pd / ps`` consumer devices through its own links (inside a node
         when they fit in one): its own tile, once, scattered or broadcast along a ring. The busier
         of the two sides sets the time."""
-        src = layout(producer, produced, src_configs)
-        dst = layout(consumer, consumed, dst_configs)
-        words = needed_words(produced.shape, src, dst)
-        fan = np.prod(dst_configs, axis=1)[None, :] / np.prod(src_configs, axis=1)[:, None]
-        tile = np.prod(np.asarray(produced.shape, dtype=np.float64) / dst, axis=1)[None, :]
+        words = needed_words(shape, src, dst)
+        fan = devices[1][None, :] / devices[0][:, None]
+        tile = np.prod(np.asarray(shape, dtype=np.float64) / dst, axis=1)[None, :]
         spread = fan > 1.0
         words = np.where(spread, np.maximum(words, tile), words)
         # the devices a producer device feeds sit next to each other (feature axes innermost): a
         # fan-out over at most a node's devices stays on the node's links, both ways
-        own = np.prod(np.asarray(produced.shape, dtype=np.float64) / src, axis=1)[:, None]
+        own = np.prod(np.asarray(shape, dtype=np.float64) / src, axis=1)[:, None]
         sent = np.minimum(words * fan, own)  # its tile, scattered or broadcast along a ring
         fanned = 2.0 * self.links.transfer(np.maximum(words, sent) * self.dtype_bytes, fan) * _US
         return np.where(spread, fanned, self.words_cost(words, src, dst))
