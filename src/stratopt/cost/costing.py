@@ -99,7 +99,7 @@ class Costing:
     def node_costs(self) -> list[np.ndarray]:
         """Per operator, the cost of each configuration the search optimises: compute plus the
         exposed communication (:meth:`VertexCosts.exposed`), the problem's node costs."""
-        return [c.exposed(self.overlap) for c in self.vertex_costs]
+        return [np.asarray(self.problem.node_cost(v), dtype=np.float64) for v in range(self.problem.num_vertices)]
 
     def step_time(self, assignment: Sequence[int]) -> float:
         """The step time of ``assignment`` with communication overlapped as frameworks overlap it:
