@@ -9,7 +9,8 @@ Per training step and per device, in microseconds:
   gradient over n splits, the weight gradient over m splits, statistics of split norms and
   softmaxes, halos of split pooling windows) as alpha-beta collectives on the machine's links,
   intra-node when the group lies in a node (:mod:`stratopt.machine`; devices numbered with an
-  operator's feature axes innermost: :func:`~stratopt.cost.common.span`);
+  operator's feature axes innermost: :func:`~stratopt.cost.common.span`); weight gradients are
+  all-reduced in 25 MB buckets, so each pays its share of a collective's latency;
 - edges: the bytes each consumer device lacks, forward and backward, as two messages on the
   link the larger of the two layouts uses; where the consumer spreads over more devices than the
   producer, a producer device sends to several through its own links, and the busier side counts;
@@ -71,6 +72,8 @@ class DefaultProfile(EdgePricing):
 
     name = "default"
     units = "us"
+    #: Gradients are all-reduced in buckets of this many bytes (:meth:`_grad_ar`).
+    BUCKET_BYTES = 25e6
 
     def __init__(self, machine: Machine, *, dtype_bytes: int = 2, state_bytes: int = 8) -> None:
         self.machine = machine
@@ -100,6 +103,16 @@ class DefaultProfile(EdgePricing):
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
         return self.links.all_reduce(elems * self.dtype_bytes, group, spans) * _US
+
+    def _grad_ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
+        """A weight gradient's all-reduce as data parallelism runs it: in buckets of
+        :attr:`BUCKET_BYTES` (PyTorch DDP's default), so the gradient pays its share of one
+        collective's latency, not a whole one."""
+        nbytes = elems * self.dtype_bytes
+        whole = self.links.all_reduce(nbytes, group, spans)
+        steps = np.maximum(np.asarray(group, dtype=np.float64) - 1.0, 0.0)
+        latency = 2.0 * steps * self.links.link(group, spans)[1]
+        return (whole - latency * (1.0 - np.minimum(1.0, nbytes / self.BUCKET_BYTES))) * _US
 
     def _stream(self, elems: np.ndarray) -> np.ndarray:
         """Microseconds to read or write ``elems`` elements of device memory."""
@@ -142,7 +155,7 @@ class DefaultProfile(EdgePricing):
         g = gemm_shape(op, cfg)
         m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))
         fwd = self._ar(g.bb * g.m * g.n, g.ck, k)
-        sync = self._ar(g.bb * g.n * g.k, g.cm, m)
+        sync = np.zeros_like(fwd) if a.get("tied") else self._grad_ar(g.bb * g.n * g.k, g.cm, m)
         if op.op == "lstm":  # the cell relay happens once forward and once backward
             fwd = fwd + (comm - fwd - sync - self._ar(g.bb * g.m * g.k, g.cn, n)) / 2.0
         return fwd, sync
@@ -168,7 +181,7 @@ class DefaultProfile(EdgePricing):
         m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))
         comm = self._ar(g.bb * g.m * g.n, g.ck, k) + self._ar(g.bb * g.m * g.k, g.cn, n)
         if not op.attrs.get("tied"):  # a tied weight's gradient is reduced with its owner's
-            comm = comm + self._ar(g.bb * g.n * g.k, g.cm, m)
+            comm = comm + self._grad_ar(g.bb * g.n * g.k, g.cm, m)
         return compute, comm
 
     _conv = _gemm
@@ -183,7 +196,7 @@ class DefaultProfile(EdgePricing):
         width = axes_product(block, op, a["n"])
         compute = self._stream(4.0 * rows * width)
         comm = self._ar(rows * width, axes_product(cfg, op, a["k"]), span(op, cfg, a["k"]))
-        comm = comm + self._ar(
+        comm = comm + self._grad_ar(
             width * axes_product(block, op, a["k"]),
             axes_product(cfg, op, a["m"]) * axes_product(cfg, op, a["batch"]),
             span(op, cfg, [*a["m"], *a["batch"]]),
@@ -284,8 +297,9 @@ class DefaultProfile(EdgePricing):
         FSDP): the devices that hold the same weight tile (the splits of the axes no weight has) each keep
         1/r of its value, gradient and optimizer state; the tile is all-gathered before the forward and
         again before the backward pass, and the gradient reduce-scattered instead of all-reduced. Against
-        ``base`` (the unsharded costs of the same rows): one more all-gather of the tile, on the forward
-        path; the weight-gradient sync halves; the state held drops to 1/r."""
+        ``base`` (the unsharded costs of the same rows): the gradient's (bucketed) all-reduce becomes a
+        reduce-scatter, and two all-gathers of the tile come in, one on the forward path; the state
+        held drops to 1/r."""
         cfg = configs.astype(np.float64)
         reps, spans = replicas(op, cfg)
         held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
@@ -297,12 +311,14 @@ class DefaultProfile(EdgePricing):
         # cost per pass of every product whose weights it shards
         optimizer = self._optimizer(op, held) * (1.0 - 1.0 / reps)
         hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
+        # the bucketed all-reduce of the gradient becomes FSDP's reduce-scatter (per unit, as long
+        # as one all-gather); the tile is gathered for the forward pass and again for the backward
         return VertexCosts(
             base.compute - optimizer + hooks,
-            base.comm + gather,
+            base.comm - sync + 3.0 * gather,
             base.memory - saved,
             fwd + gather,
-            np.clip(sync - gather, 0.0, None),
+            gather,
             base.forward_compute,
             2.0 * gather,
         )
