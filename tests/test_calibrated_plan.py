@@ -62,6 +62,11 @@ def test_fused_attention_and_the_tied_embedding() -> None:
     kernel = 3.5 * work / (costing.profile.machine.peak_tflops * 1e12 * cal["attention_efficiency"]) * 1e6
     assert float(vc.compute[0]) == pytest.approx(kernel)
     assert float(ops["layers.0.attn.softmax"][1].compute[0]) == pytest.approx(0.0)
+    for role in ("scores", "context"):  # forward: one of the kernel's 3.5 passes, on any machine
+        for machine in ("h100", DATASHEET_H100):
+            fused = next(c for o, c in zip(graph.operators, build(graph, 1, machine=machine).vertex_costs, strict=True)
+                         if o.name == f"layers.0.attn.{role}")  # fmt: skip
+            assert float(fused.compute_phases()[0][0]) == pytest.approx(float(fused.compute[0]) / 3.5)
     logits = 4 * 32 * 512 * 2  # the lm_head's output, bf16: its weight holds nothing more
     assert float(ops["lm_head"][1].memory[0]) == pytest.approx(logits)
 

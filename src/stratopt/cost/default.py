@@ -131,9 +131,9 @@ class DefaultProfile(EdgePricing):
             memory = memory - output_bytes(op, configs, self.dtype_bytes)
         if op.attrs.get("tied"):
             memory = memory - weight_tile(op, cfg) * (2 * self.dtype_bytes + self.state_bytes)
+        if role:  # the fused kernel's forward is 1 of its 3.5 passes (the backward recomputes the scores)
+            ahead = compute / 3.5
         if self.calibrated:
-            if role:
-                ahead = compute / 3.5 if role == "scores" else np.zeros_like(compute)
             compute = compute + self._optimizer(op, weight_tile(op, cfg))
         return VertexCosts(compute, comm, memory, fwd, sync, ahead)
 
