@@ -48,7 +48,12 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
     ("edit", "message"),
     [
         (lambda d: d.update(format="other"), "not a stratopt plan"),
-        (lambda d: d.update(version=2), "plan version 2"),
+        (lambda d: d.update(version=3), "plan version 3"),
+        (lambda d: d.update(mesh={"shape": [3, 1]}), "not the cluster"),
+        (
+            lambda d: d.update(mesh={"shape": [1, 4]}, modules={"fc": {"tp": "diagonal", "fsdp": False}}),
+            "must be one of",
+        ),
         (lambda d: d.pop("operators"), "'operators' must be a JSON object"),
         (lambda d: d["cluster"].update(nodes=0), "cluster.nodes must be a positive integer"),
         (lambda d: d["cluster"].update(devices=5), "cluster.devices is 5, not nodes x gpus_per_node"),

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from stratopt import __version__, report
+from stratopt.cliargs import count as _count
+from stratopt.cliargs import options as _options
+from stratopt.cliargs import positive as _positive
+from stratopt.cliargs import seconds as _seconds
 from stratopt.errors import CrossCheckError, ModelError, NoSolutionError, StratoptError
 from stratopt.graph.io import save_graph
 from stratopt.graph.ir import Graph
@@ -53,28 +57,6 @@ def _show(args: argparse.Namespace, data: Any, render: Callable[[], object]) -> 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # a usage error is bad input: one line, exit 2
         raise ModelError(f"{message} (see '{self.prog} --help')")
-
-
-def _positive(kind: type, unit: str) -> Callable[[str], Any]:
-    """An argparse type: a positive number of ``kind``, with ``unit`` named in its errors."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {unit}, got {text!r}")
-        return value
-
-    return parse
-
-
-_seconds, _count = _positive(float, "number of seconds"), _positive(int, "integer")
-
-
-def _count_or_auto(text: str) -> int | str:
-    return "auto" if text == "auto" else _positive(int, "integer or auto")(text)  # an argparse type
 
 
 _PRICING = {"procs": "procs", "profile": "profile", "machine": "machine", "memory_gb": "memory"}
@@ -246,6 +228,7 @@ def _plan_cmd(args: argparse.Namespace) -> int:
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     limit = 120.0 if args.time_limit is None else args.time_limit
     options = {"machine": args.machine, "memory_gb": args.memory, "time_limit": limit, "simulate": not args.no_simulate}
+    options["expressible"] = args.expressible
     result = plan(args.model, args.nodes, args.gpus_per_node, progress=None if args.json else _stderr, **options)
     if args.export is not None:
         result.export(args.export)
@@ -258,6 +241,22 @@ def _plan_cmd(args: argparse.Namespace) -> int:
     data = {**result.to_dict(), **({"pipeline": pipelined} if pipelined is not None else {})}
     _show(args, data, lambda: report.print_plan(result, pipelined, args.export))
     return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
+
+
+def _check_plan_cmd(args: argparse.Namespace) -> int:
+    """run an exported plan on N gloo processes and check it against one process
+
+    Applies the plan ('plan --export', made with --expressible torch) to MODEL with DTensor and FSDP on
+    --world CPU processes, runs one forward and backward pass, and compares the loss and every gradient
+    with one process, the parameter bytes per rank with the plan's, and the collectives counted per
+    module with those the plan priced. Exit 1 on a mismatch.
+    """
+    from stratopt.torch import check_plan
+
+    options = {"seed": args.seed or 0, "timeout": args.time_limit or 300.0, "dtype": args.dtype}
+    found = check_plan(args.model, args.plan, args.world, **options)
+    _show(args, found.to_dict(), lambda: report.print_check(found))
+    return OK if found.ok else NO_SOLUTION
 
 
 def _staging(args: argparse.Namespace) -> dict[str, Any]:
@@ -329,42 +328,12 @@ def _add(sub: Any, func: Callable[[argparse.Namespace], int], **extra: Any) -> a
     """A sub-command named after ``func`` (``_solve_cmd`` -> ``solve``); its docstring's first line
     is the help, the rest the description."""
     head, _, body = (func.__doc__ or "").partition("\n")
-    name = func.__name__.removeprefix("_").removesuffix("_cmd")
+    name = func.__name__.removeprefix("_").removesuffix("_cmd").replace("_", "-")
     p: argparse.ArgumentParser = sub.add_parser(
         name, help=head.strip(), description=" ".join(body.split()) + extra.pop("more", "")
     )
     p.set_defaults(func=func)
     return p
-
-
-def _options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the solver may use") -> None:
-    """Options that several commands share, in their usual order."""
-    for name in names:
-        if name == "time":
-            p.add_argument("--time-limit", "-t", type=_seconds, metavar="SEC", help=limit)
-        elif name == "seed":
-            p.add_argument("--seed", type=int, help="seed for randomised solvers and searches (same seed, same answer)")
-        elif name == "json":
-            p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-        elif name == "outputs":
-            p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace (Perfetto, chrome://tracing)")
-            p.add_argument("--gantt", metavar="FILE.png", help="write a Gantt chart")
-        elif name == "pipeline":
-            g = p.add_argument_group("pipelines (with --stages)")
-            g.add_argument("--microbatches", type=_count_or_auto, default=1, metavar="M|auto", help=_MICRO)
-            g.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="the schedule (1f1b)")
-        elif name in ("pricing", "memory"):
-            g = p.add_argument_group(
-                "operator graphs (networks, graph and ONNX files; defaults: stratopt.cost.build's)"
-            )
-            g.add_argument("--procs", "-p", type=_count, metavar="P", help="devices to split over (default 8)")
-            g.add_argument("--profile", choices=("pase", "default"), help="cost profile (default: default)")
-            g.add_argument("--machine", metavar="NAME", help="h100 (pase for --profile pase), a100, pase, a .json file")
-            if name == "memory":
-                g.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device")
-
-
-_MICRO = "M micro-batches of the model's batch each (1), or auto: the model's batch cut into the best number"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -430,8 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (the device's)")
     p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
+    p.add_argument("--expressible", choices=("torch",), help="only strategies PyTorch's DTensor runs (check-plan)")
     p.add_argument("--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: none), N, or auto")
     _options(p, "outputs", "time", "json", "pipeline", limit="seconds for the memory search (default 120)")
+    p = _add(sub, _check_plan_cmd)
+    p.add_argument("model", metavar="MODEL", help="the entry point the plan was made from (module:function)")
+    p.add_argument("--plan", required=True, metavar="FILE.json", help="the plan, from 'plan --export'")
+    p.add_argument("--world", type=_count, required=True, metavar="N", help="processes (the plan's devices)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float64 tells rounding apart")
+    _options(p, "time", "seed", "json", limit="seconds the processes may take (300)")
     p = _add(sub, _import_cmd)
     p.add_argument("model", metavar="MODEL", help="an ONNX file, an entry point (module:function), or a graph")
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the operator graph here")

@@ -15,6 +15,7 @@ from typing import Any
 from stratopt.problem import Evaluation, StrategyProblem
 
 __all__ = [
+    "print_check",
     "print_comparison",
     "print_evaluation",
     "print_explain",
@@ -323,6 +324,59 @@ def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
     for r in rows:
         cells = [x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths, strict=True))]
         print("  ".join(cells).rstrip())
+
+
+def print_check(report: Any) -> None:
+    """``stratopt check-plan``: each check's figures, then the collectives module by module."""
+    d = report.to_dict()
+    dp, tp = report.mesh
+    print(f"{report.model}: the plan on {report.world} gloo processes (mesh {dp} x {tp}), against one process")
+
+    def verdict(name: str) -> str:
+        return "ok" if d["checks"][name] else "MISMATCH"
+
+    loss = d["loss"]
+    print(f"loss                {verdict('loss'):8}  {loss['parallel']:.9g} against {loss['one_process']:.9g} "
+          f"(relative error {loss['relative_error']:.1e}, tolerance {d['tolerance']:g})")  # fmt: skip
+    grads = d["gradients"]
+    print(
+        f"gradients           {verdict('gradients'):8}  worst relative error {grads['relative_error']:.1e} ({grads['worst']})"
+    )
+    nbytes = d["parameter_bytes"]
+    ranks = sorted(set(nbytes["per_rank"]))
+    print(
+        f"parameter bytes     {verdict('parameter bytes'):8}  {' / '.join(f'{b:,}' for b in ranks)} per rank; "
+        f"the plan's {nbytes['plan_per_rank']:,.0f} (the cost model prices {nbytes['cost_model_per_device']:,.0f})"
+    )
+    matched = sum(1 for row in report.collectives if row["match"])
+    print(f"collectives         {verdict('collectives'):8}  {matched} of {len(report.collectives)} modules as priced")
+
+    def kinds(phases: dict[str, dict[str, int]]) -> str:
+        parts = [
+            f"{ {'forward': 'fwd', 'backward': 'bwd'}[phase] } {k}" + (f" x{n}" if n > 1 else "")
+            for phase in ("forward", "backward")
+            for k, n in phases.get(phase, {}).items()
+        ]
+        return ", ".join(parts) or "none"
+
+    rows = [("module", "tp", "fsdp", "priced", "counted", "")]
+    for row in report.collectives:
+        fsdp = "yes" if row["fsdp"] else "no"
+        rows.append(
+            (
+                row["module"],
+                row["tp"],
+                fsdp,
+                kinds(row["priced"]),
+                kinds(row["counted"]),
+                "" if row["match"] else "MISMATCH",
+            )
+        )
+    print()
+    _print_rows(rows, right=set())
+    for name, phases in report.unpriced.items():
+        print(f"not in the plan: {name}: {kinds(phases)} (the graph does not price this module)")
+    print("all checks passed" if report.ok else "some checks failed")
 
 
 def print_pipeline_step(name: str, procs: int, info: dict[str, Any]) -> None:

@@ -91,6 +91,15 @@ class Costing:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
         return bool(self.sharded[v][c]) if self.sharded else False
 
+    def held_weights(self, v: int, c: int) -> float:
+        """Weight elements one device holds for operator ``v`` in configuration ``c``: its tile,
+        divided over the replicas that share it where the configuration shards it."""
+        from stratopt.cost.common import replicas, weight_tile
+
+        op, config = self.graph.operators[v], self.configs[v][c : c + 1]
+        tile = float(weight_tile(op, config)[0])
+        return tile / float(replicas(op, config)[0][0]) if self.is_sharded(v, c) else tile
+
     @property
     def overlap(self) -> float:
         """The fraction of the compute communication can hide under (the profile's; 0: none)."""
@@ -212,7 +221,7 @@ def signature(op: Operator) -> tuple[Any, ...]:
         op.outputs,
         tuple(sorted(op.locked)),
         op.pointwise,
-        repr(sorted(op.attrs.items())),
+        repr(sorted((k, v) for k, v in op.attrs.items() if k != "params")),  # names only
         op.contiguous,
     )
 

@@ -112,12 +112,17 @@ class Builder:
 
     def annotate(self, t: TensorRef, **attrs: Any) -> None:
         """Add ``attrs`` to the attributes of the operator that produced ``t`` (how a profile should
-        price it: ``fused_attention``, ``causal``, ``tied``)."""
-        for i, op in enumerate(self._ops):
+        price it: ``fused_attention``, ``causal``, ``tied``; which module's ``params`` it reads)."""
+        for i in range(len(self._ops) - 1, -1, -1):  # the newest first: usually the one just added
+            op = self._ops[i]
             if op.name == t.source:
                 self._ops[i] = dataclasses.replace(op, attrs={**op.attrs, **attrs})
                 return
         raise ModelError(f"annotate: {t.source!r} is not an operator of this graph")
+
+    def producer(self, t: TensorRef) -> Operator | None:
+        """The operator that produced ``t`` (None for a graph input)."""
+        return next((op for op in reversed(self._ops) if op.name == t.source), None)
 
     def build(self) -> Graph:
         """The graph built so far (validated)."""

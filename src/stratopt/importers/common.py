@@ -106,6 +106,7 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
                 label = str(n.attrs.get("op", n.kind))
                 unmapped[label] = unmapped.get(label, 0) + 1
             out = _generic(g, n, [real(x) for x in n.inputs], env, pointwise.get(n.name, 0))
+        _name_params(g, out, [by_name[x] for x in n.inputs if x in by_name])
         env[n.name] = out
     if unmapped:
         listing = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(unmapped.items()))
@@ -115,6 +116,15 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
             stacklevel=3,
         )
     return g.build()
+
+
+def _name_params(g: GraphBuilder, out: TensorRef, inputs: list[Node]) -> None:
+    """Record on the operator that reads weights which parameters they are (``attrs["params"]``,
+    qualified names such as ``h.0.attn.c_attn.weight``): how a plan finds its modules again."""
+    names = [str(x.attrs["param"]) for x in inputs if x.kind == "param" and x.attrs.get("param")]
+    op = g.producer(out) if names else None
+    if op is not None and any(i.param for i in op.inputs) and "params" not in op.attrs:
+        g.annotate(out, params=list(dict.fromkeys(names)))
 
 
 def _broadcast_matmul(g: GraphBuilder, a: TensorRef, b: TensorRef, pw: int, name: str) -> TensorRef | None:

@@ -99,7 +99,7 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
         if node.op == "placeholder":
             nodes.append(Node(node.name, "input", [], shape))
         elif node.op == "get_attr":
-            nodes.append(Node(node.name, "param", [], shape))
+            nodes.append(Node(node.name, "param", [], shape, {"param": str(node.target)}))
         elif node.op == "call_module":
             nodes.extend(_module_node(torch, node, modules[node.target], ins, shape))
         else:
@@ -113,13 +113,16 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
     return nodes
 
 
-def _params(module: Any, prefix: str) -> list[Node]:
-    return [Node(f"{prefix}.{k}", "param", [], tuple(p.shape)) for k, p in module.named_parameters(recurse=False)]
+def _params(module: Any, prefix: str, qualified: str) -> list[Node]:
+    return [
+        Node(f"{prefix}.{k}", "param", [], tuple(p.shape), {"param": f"{qualified}.{k}"})
+        for k, p in module.named_parameters(recurse=False)
+    ]
 
 
 def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[int, ...]) -> list[Node]:
     nn = torch.nn
-    params = _params(mod, node.name)
+    params = _params(mod, node.name, str(node.target))
     names = ins + [p.name for p in params]
     kinds: list[tuple[Any, str]] = [
         (nn.Linear, "fc"),

@@ -163,7 +163,8 @@ class _Recorder:
         if name is None:
             label = self.weights.get(id(t))
             name = self.fresh(label if label is not None else "constant")
-            self.nodes.append(Node(name, "param", [], tuple(int(s) for s in t.shape)))
+            named = {"param": label} if label is not None else {}
+            self.nodes.append(Node(name, "param", [], tuple(int(s) for s in t.shape), named))
             self.kind[name] = "param"
             self.made[t] = name
         return name
@@ -341,7 +342,8 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             params = []
             for pname, p in mod.named_parameters(recurse=False):
                 node = rec.fresh(f"{path[id(mod)]}.{pname}")
-                rec.nodes.append(Node(node, "param", [], tuple(int(s) for s in p.shape)))
+                qualified = {"param": f"{path[id(mod)]}.{pname}".lstrip(".")}
+                rec.nodes.append(Node(node, "param", [], tuple(int(s) for s in p.shape), qualified))
                 rec.kind[node] = "param"
                 params.append(node)
             extra = dict(attrs)

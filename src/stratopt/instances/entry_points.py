@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
@@ -33,6 +33,25 @@ def load_entry_point(text: str) -> Graph:
     (on the ``meta`` device for a model larger than memory), which :func:`stratopt.importers.from_torch`
     imports. Every failure is a :class:`ModelError` naming the entry point.
     """
+    made = call_entry_point(text)
+    function = text.rpartition(":")[2]
+    called = f"{function}() returned" if callable(getattr(_module_of(text), function, None)) else f"{function} is a"
+    if isinstance(made, Graph):
+        return made
+    if isinstance(made, tuple) and len(made) == 2:
+        from stratopt.importers import from_torch
+
+        model, inputs = made
+        return from_torch(model, inputs, name=function)
+    raise ModelError(
+        f"{text}: {called} {type(made).__name__}; "
+        "expected an operator Graph or (model, example_inputs), or a function returning one"
+    )
+
+
+def call_entry_point(text: str) -> Any:
+    """What the entry point ``text`` gives: its function called with no arguments, or the object;
+    a failure to import or call it is a :class:`ModelError` naming it."""
     import importlib
     import importlib.util
     import sys
@@ -62,22 +81,19 @@ def load_entry_point(text: str) -> Graph:
     if target is None:
         raise ModelError(f"{text}: {where} has no attribute {function!r}")
     try:
-        made = target() if callable(target) else target
+        return target() if callable(target) else target
     except ModelError:
         raise
     except Exception as exc:
         raise ModelError(f"{text}: calling {function}() failed ({type(exc).__name__}: {_first_line(exc)})") from None
-    if isinstance(made, Graph):
-        return made
-    if isinstance(made, tuple) and len(made) == 2:
-        from stratopt.importers import from_torch
 
-        model, inputs = made
-        return from_torch(model, inputs, name=function)
-    raise ModelError(
-        f"{text}: {f'{function}() returned' if callable(target) else f'{function} is a'} {type(made).__name__}; "
-        "expected an operator Graph or (model, example_inputs), or a function returning one"
-    )
+
+def _module_of(text: str) -> Any:
+    import sys
+
+    where = text.rpartition(":")[0]
+    stem = Path(where).stem
+    return sys.modules.get(f"_stratopt_entry_{stem}" if where.endswith(".py") else where)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,13 +1,19 @@
 """The exported plan: ``stratopt plan --export`` / :meth:`PlanResult.export`, read back by
 :func:`load_plan`.
 
-A JSON object ``{"format": "stratopt-plan", "version": 1, "model", "cluster", "estimate_us",
-"simulated_us", "memory_bytes", "operators"}``; ``operators`` maps each operator (module) name to
-``{"op", "mesh": [[axis, ways], ...], "axes": {axis: size}}``: the axes it splits and how many ways.
+A JSON object ``{"format": "stratopt-plan", "version": 2, "model", "cluster", "estimate_us",
+"simulated_us", "memory_bytes", "operators", "mesh", "modules"}``; ``operators`` maps each operator
+name to ``{"op", "mesh": [[axis, ways], ...], "axes": {axis: size}}``: the axes it splits and how many
+ways. ``mesh`` is ``{"shape": [dp, tp], "names": ["dp", "tp"]}``, the device mesh PyTorch runs the
+plan on, and ``modules`` maps each PyTorch module (qualified name) to its placement
+(:class:`~stratopt.planning.torchplan.ModulePlacement`: ``tp`` style, ``fsdp``, activation layouts,
+parameters and the collectives priced); where DTensor cannot run the plan, ``mesh`` is null,
+``modules`` empty and ``why`` says which operator stops it. Version 1 files (no mesh) still load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -17,7 +23,8 @@ from typing import Any
 from stratopt.errors import ModelError
 from stratopt.problem import read_json
 
-FORMAT, VERSION = "stratopt-plan", 1
+FORMAT, VERSION = "stratopt-plan", 2
+STYLES = ("replicate", "colwise", "rowwise", "vocab")
 
 __all__ = ["ExportedPlan", "load_plan"]
 
@@ -33,6 +40,9 @@ class ExportedPlan:
     simulated_us: float | None
     memory_bytes: float | None
     operators: dict[str, dict[str, Any]]
+    mesh: tuple[int, int] | None = None
+    modules: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    why: str = ""
 
     @classmethod
     def of(cls, result: Any) -> ExportedPlan:
@@ -49,7 +59,8 @@ class ExportedPlan:
                 "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
             }
         cluster = result.to_dict()["cluster"]
-        return cls(result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops)
+        mesh, modules, why = _modules(costing, plan.assignment, result.cluster.gpus_per_node)
+        return cls(result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +72,9 @@ class ExportedPlan:
             "simulated_us": self.simulated_us,
             "memory_bytes": self.memory_bytes,
             "operators": self.operators,
+            "mesh": None if self.mesh is None else {"shape": list(self.mesh), "names": ["dp", "tp"]},
+            "modules": self.modules,
+            **({"why": self.why} if self.why else {}),
         }
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -69,6 +83,22 @@ class ExportedPlan:
                 json.dump(self.to_dict(), fh, indent=1)
         except OSError as exc:
             raise ModelError(f"{path}: cannot write the plan ({exc.strerror})") from None
+
+
+def _modules(
+    costing: Any, assignment: tuple[int, ...], gpus_per_node: int
+) -> tuple[tuple[int, int] | None, dict[str, dict[str, Any]], str]:
+    """The mesh and module placements PyTorch runs ``assignment`` with, or why it cannot."""
+    from stratopt.planning.torchplan import find_mesh, module_placements
+
+    mesh = find_mesh(costing, assignment, gpus_per_node)
+    if isinstance(mesh, str):
+        return None, {}, mesh
+    try:
+        placements = module_placements(costing, assignment, *mesh)
+    except ModelError as exc:
+        return None, {}, str(exc)
+    return mesh, {p.module: p.to_dict() for p in placements}, ""
 
 
 def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
@@ -86,8 +116,8 @@ def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
     data = read_json(Path(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ModelError(f'{path}: not a stratopt plan (expected "format": "{FORMAT}")')
-    if data.get("version") != VERSION:
-        raise ModelError(f"{path}: plan version {data.get('version')!r}; this stratopt reads version {VERSION}")
+    if data.get("version") not in (1, VERSION):
+        raise ModelError(f"{path}: plan version {data.get('version')!r}; this stratopt reads versions 1 and {VERSION}")
     for key, kind in (("model", str), ("cluster", dict), ("operators", dict)):
         if not isinstance(data.get(key), kind):
             raise ModelError(f"{path}: {key!r} must be a JSON {'string' if kind is str else 'object'}")
@@ -122,4 +152,37 @@ def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ModelError(f"{path}: {key!r} must be a number or null, got {value!r}")
         figures[key] = None if value is None else float(value)
-    return ExportedPlan(data["model"], cluster, operators=data["operators"], **figures)
+    mesh, modules = _check_modules(path, data, cluster["devices"])
+    return ExportedPlan(
+        data["model"],
+        cluster,
+        operators=data["operators"],
+        mesh=mesh,
+        modules=modules,
+        why=str(data.get("why", "")),
+        **figures,
+    )
+
+
+def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple[int, int] | None, dict[str, Any]]:
+    """The mesh and module placements of a version 2 plan, validated."""
+    mesh, modules = data.get("mesh"), data.get("modules") or {}
+    if mesh is None:
+        return None, {}
+    shape = mesh.get("shape") if isinstance(mesh, dict) else None
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(x, int) and x >= 1 for x in shape)):
+        raise ModelError(f'{path}: "mesh" must be {{"shape": [dp, tp], ...}} with positive integers, got {mesh!r}')
+    if shape[0] * shape[1] != devices:
+        raise ModelError(f"{path}: mesh {shape[0]} x {shape[1]} is not the cluster's {devices} devices")
+    if not isinstance(modules, dict):
+        raise ModelError(f'{path}: "modules" must be a JSON object')
+    for name, entry in modules.items():
+        where = f"{path}: module {name!r}"
+        if not isinstance(entry, dict) or entry.get("tp") not in STYLES:
+            raise ModelError(f"{where}: 'tp' must be one of {', '.join(STYLES)}")
+        if not isinstance(entry.get("fsdp"), bool):
+            raise ModelError(f"{where}: 'fsdp' must be true or false")
+        for key in ("input", "output"):
+            if entry.get(key, "replicate") not in ("shard", "replicate"):
+                raise ModelError(f"{where}: {key!r} must be 'shard' or 'replicate'")
+    return (shape[0], shape[1]), modules

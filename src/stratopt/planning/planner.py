@@ -40,13 +40,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster
-from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory
+from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory, under_memory
 from stratopt.planning.result import PlanResult, Strategy
+from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
 from stratopt.planning.words import describe_layers
 from stratopt.problem import evaluate
 
@@ -61,11 +64,14 @@ def plan(
     time_limit: float | None = 120.0,
     simulate: bool = True,
     progress: Callable[[str], None] | None = None,
+    expressible: str | None = None,
 ) -> PlanResult:
     """The optimal plan for ``model`` on ``nodes`` x ``gpus_per_node`` devices, and the baselines.
 
     ``model`` is an operator graph or anything ``stratopt solve`` takes (a zoo name, an ONNX file, a
     graph file, a ``module:function`` entry point). ``memory_gb`` defaults to the device's memory.
+    ``expressible="torch"``: the plan is the best strategy among those PyTorch's DTensor runs as they
+    are priced (:mod:`stratopt.planning.torchplan`), so that ``stratopt.torch.parallelize`` applies it.
 
     >>> r = plan("gpt", 1, 4, simulate=False)
     >>> r.plan.fits and all(r.plan.estimate <= b.estimate + 1e-6 for b in r.baselines if b.fits and b.estimate)
@@ -88,8 +94,14 @@ def plan(
     costing = build(graph, where.devices, **options)
     say(costing.summary())
     limit = limit_gb * 1e9
-    assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
-    fastest = exact_dp(costing.problem, time_limit)
+    if expressible not in (None, "torch"):
+        raise ModelError(f"expressible must be 'torch' or None, got {expressible!r}")
+    if expressible == "torch":
+        assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say)
+        fastest = None
+    else:
+        assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
+        fastest = exact_dp(costing.problem, time_limit)
     if fastest is not None and strategy_memory(costing, fastest[0]) > limit:
         # Memory binds: every operator may also recompute its outputs instead of keeping them. The
         # configurations double; the first half is as before (so is every baseline and the plan
@@ -127,10 +139,12 @@ def plan(
             results.append(Strategy(name, None, None, None, None, False, f"cannot be expressed: {found}"))
             continue
         results.append(measured(name, found, remark))
-        if results[-1].fits:
+        if results[-1].fits and (expressible is None or not isinstance(find_mesh(costing, found, gpus_per_node), str)):
             candidates.append((float(results[-1].estimate or 0.0), found))
         say(f"baseline {name}: {results[-1].estimate or 0.0:.1f} us, {(results[-1].memory or 0.0) / 1e9:.1f} GB")
     note = "the DP's optimum" if status == "optimal" else "Lagrangian DP under the memory limit"
+    if expressible == "torch":
+        note += " among the strategies DTensor runs"
     if assignment is not None:
         candidates.append((costing.step_time(assignment), assignment))
     if candidates:
@@ -143,3 +157,32 @@ def plan(
     return PlanResult(
         graph.name, where, limit_gb, best, tuple(results), status, bound, time.perf_counter() - started, costing
     )
+
+
+def _torch_search(
+    costing: Any, gpus_per_node: int, limit: float, time_limit: float | None, say: Callable[[str], None]
+) -> tuple[tuple[int, ...] | None, str, float | None]:
+    """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
+    solved as :func:`solve_under_memory` solves the whole space); the bound is the least of the
+    meshes' bounds."""
+    memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    best: tuple[int, ...] | None = None
+    bounds: list[float] = []
+    for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
+        costs = restricted_costs(costing, dp, tp)
+        if costs is None:
+            say(f"mesh {dp} x {tp}: some operator has no DTensor form")
+            continue
+        found, _, bound = under_memory(costing.problem.replace(node_costs=costs), costs, memory, limit, time_limit, say)
+        if bound is not None:
+            bounds.append(bound)
+        if found is not None:
+            say(f"mesh {dp} x {tp}: {costing.step_time(found):.1f} us")
+            if best is None or costing.step_time(found) < costing.step_time(best):
+                best = found
+    if best is None:
+        return None, "no strategy DTensor runs fits", None
+    bound = min(bounds) if bounds else None
+    cost = float(evaluate(costing.problem, best).objective)
+    exact = bound is not None and cost - bound <= 1e-9 * max(cost, 1.0)
+    return best, "optimal" if exact else "feasible", bound

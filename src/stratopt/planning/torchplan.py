@@ -1,0 +1,304 @@
+"""Which strategies PyTorch's DTensor runs as they are priced, and each module's placement in them.
+
+A strategy runs on a ``dp x tp`` device mesh (``dp`` data-parallel groups of ``tp`` devices, tensor
+parallelism inside a node) when every operator splits its batch over exactly ``dp`` devices (one that
+no batch reaches, over none) and splits its other axes over ``1`` or ``tp`` devices, and every
+operator that holds weights takes a form DTensor has a style for:
+
+- a matrix product (``nn.Linear``, Hugging Face's ``Conv1D``) whose other axes are whole
+  (``replicate``), whose output features split ``tp`` ways (``colwise``: ``ColwiseParallel``) or whose
+  input features do (``rowwise``: ``RowwiseParallel``, its output all-reduced);
+- an embedding split over its vocabulary (``vocab``: ``RowwiseParallel`` on ``nn.Embedding``) or its
+  width (``colwise``), or whole;
+- anything else that holds weights (convolutions, norms, experts) whole.
+
+Each may also shard its weight state over its ``dp`` replicas (``fsdp``: ``fully_shard``); no
+operator recomputes its outputs. Between a column-parallel module and the row-parallel ones it feeds,
+the activations stay split (``output: shard``) when every operator in between keeps the split as the
+plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing else; otherwise the
+column-parallel module gathers its output. The operators without weights run on what their modules
+hand them.
+
+:func:`module_placements` gives each module's placement and the collectives the cost model priced for
+it (kind and count, forward and backward), which ``stratopt check-plan`` holds against PyTorch's own
+count; :func:`torch_pattern` is the restriction ``plan(..., expressible="torch")`` searches in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Operator
+from stratopt.planning.batch import batch_axes
+
+__all__ = ["ModulePlacement", "mesh_shapes", "module_placements", "torch_pattern"]
+
+STYLES = ("replicate", "colwise", "rowwise", "vocab")
+
+
+@dataclass(frozen=True)
+class ModulePlacement:
+    """One module of a plan as DTensor runs it: its style over the ``tp`` mesh dimension, whether
+    ``fully_shard`` shards it over ``dp``, the layout of the activation it reads and writes
+    (``shard``: split over ``tp``; ``replicate``: whole), the parameters the graph prices for it, and
+    the collectives the cost model priced (``{"forward": {kind: count}, "backward": {...}}``)."""
+
+    module: str
+    operator: str
+    tp: str
+    fsdp: bool
+    input: str = "replicate"
+    output: str = "replicate"
+    params: tuple[str, ...] = ()
+    collectives: dict[str, dict[str, int]] = field(default_factory=dict)
+    held: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator,
+            "tp": self.tp,
+            "fsdp": self.fsdp,
+            "input": self.input,
+            "output": self.output,
+            "params": list(self.params),
+            "collectives": self.collectives,
+            "held_elements": self.held,
+        }
+
+
+def mesh_shapes(devices: int, gpus_per_node: int) -> list[tuple[int, int]]:
+    """The ``(dp, tp)`` meshes of ``devices``: tensor parallelism over a divisor of a node."""
+    return [(devices // t, t) for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and devices % t == 0]
+
+
+def _holds(op: Operator) -> bool:
+    return any(i.param for i in op.inputs)
+
+
+def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, tp: int) -> str | None:
+    """The DTensor style of ``op`` under ``config`` on a ``dp x tp`` mesh (``free`` for an operator
+    without weights), or None where there is none."""
+    if math.prod(config[a] for a in batch) != (dp if batch else 1):
+        return None
+    rest = {a: c for a, c in config.items() if a not in batch and c > 1}
+    model = math.prod(rest.values())
+    if model not in (1, tp):
+        return None
+    if not _holds(op):
+        return "free"
+    if model == 1:
+        return "replicate"
+    attrs = op.attrs
+    if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or sum(1 for i in op.inputs if i.param) != 1:
+        return None
+    split = [g for g in ("m", "n", "k", "batch") if any(a in rest for a in attrs.get(g, []))]
+    if split == ["k"]:
+        return "vocab" if attrs.get("lookup") else "rowwise"
+    return "colwise" if split == ["n"] else None
+
+
+def torch_pattern(costing: Any, dp: int, tp: int) -> Callable[[int, Operator, dict[str, int]], bool]:
+    """The configurations DTensor runs on a ``dp x tp`` mesh (a pattern for the baselines' exact
+    DP): :func:`style` is not None and nothing is recomputed."""
+    batches = batch_axes(costing.graph)
+
+    def allowed(v: int, op: Operator, config: dict[str, int]) -> bool:
+        return style(op, config, batches[op.name], dp, tp) is not None
+
+    return allowed
+
+
+def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
+    """The node costs with every configuration DTensor cannot run on a ``dp x tp`` mesh forbidden
+    (None where some operator has none left)."""
+    import numpy as np
+
+    from stratopt.problem import FORBIDDEN
+
+    batches = batch_axes(costing.graph)
+    out = []
+    for v, (op, node) in enumerate(zip(costing.graph.operators, costing.node_costs(), strict=True)):
+        ok = [
+            not costing.is_recomputed(v, c) and style(op, _config(costing, v, c), batches[op.name], dp, tp) is not None
+            for c in range(len(costing.configs[v]))
+        ]
+        if not any(ok):
+            return None
+        out.append(np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN)))
+    return out
+
+
+def _config(costing: Any, v: int, c: int) -> dict[str, int]:
+    op = costing.graph.operators[v]
+    return dict(zip(op.axes, (int(x) for x in costing.configs[v][c]), strict=True))
+
+
+def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> tuple[int, int] | str:
+    """The mesh on which DTensor runs ``assignment`` as priced, or why there is none (naming the first
+    operator that has no style)."""
+    graph, p = costing.graph, costing.policy.procs
+    batches = batch_axes(graph)
+    why = "no operator"
+    for dp, tp in sorted(mesh_shapes(p, gpus_per_node), key=lambda m: -m[1]):
+        for v, op in enumerate(graph.operators):
+            c = assignment[v]
+            if costing.is_recomputed(v, c) or style(op, _config(costing, v, c), batches[op.name], dp, tp) is None:
+                label = costing.problem.labels[v][c] if costing.problem.labels else c
+                why = f"operator {op.name} ({label}) has no DTensor form on a {dp} x {tp} mesh"
+                break
+        else:
+            return dp, tp
+    return why
+
+
+def _module(op: Operator) -> str:
+    params = op.attrs.get("params") or []
+    if not params:
+        raise ModelError(f"operator {op.name}: the graph does not name its parameters (import it from PyTorch)")
+    return str(params[0]).rpartition(".")[0]
+
+
+def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> list[ModulePlacement]:
+    """Each weight-holding operator of ``assignment`` as a module placement on a ``dp x tp`` mesh
+    (see the module's docstring), with the collectives the cost model priced for it."""
+    graph, problem = costing.graph, costing.problem
+    batches = batch_axes(graph)
+    ops = graph.operators
+    styles = {}
+    for v, op in enumerate(ops):
+        found = style(op, _config(costing, v, assignment[v]), batches[op.name], dp, tp)
+        if found is None or costing.is_recomputed(v, assignment[v]):
+            raise ModelError(f"operator {op.name}: its configuration has no DTensor form on a {dp} x {tp} mesh")
+        styles[v] = found
+    out_edges: dict[int, list[tuple[int, int]]] = {}
+    in_edges: dict[int, list[tuple[int, int]]] = {}
+    for e, (u, w, _) in enumerate(costing.edges):
+        out_edges.setdefault(u, []).append((w, e))
+        in_edges.setdefault(w, []).append((u, e))
+
+    def cost(e: int, u: int, w: int) -> float:
+        return float(problem.edge_cost(e)[assignment[u], assignment[w]])
+
+    def model_split(v: int) -> int:
+        config = _config(costing, v, assignment[v])
+        return math.prod(c for a, c in config.items() if a not in batches[ops[v].name])
+
+    def region(v: int) -> set[int] | None:
+        """The operators between column-parallel ``v`` and the row-parallel modules it feeds, when
+        the activations may stay split all the way (None otherwise)."""
+        seen: set[int] = set()
+        todo = [v]
+        while todo:
+            u = todo.pop()
+            for w, e in out_edges.get(u, []):
+                if cost(e, u, w) > 0.0:
+                    return None
+                if styles[w] == "rowwise":
+                    continue
+                if styles[w] != "free" or model_split(w) != tp or not out_edges.get(w):
+                    return None
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    shard_out: set[int] = set()
+    inside: set[int] = set()
+    for v in styles:
+        if styles[v] == "colwise" and not ops[v].attrs.get("lookup"):
+            between = region(v)
+            if between is not None:
+                shard_out.add(v)
+                inside |= between
+    # an operator in a split region must read only from it (or from a module that hands it a split)
+    if any(u not in inside and u not in shard_out for w in inside for u, _ in in_edges.get(w, [])):
+        shard_out = set()
+    reaches: set[int] = set()  # the row-parallel modules that read a split activation
+    for v in shard_out:
+        todo, seen = [v], {v}
+        while todo:
+            for w, _ in out_edges.get(todo.pop(), []):
+                if w not in seen:
+                    seen.add(w)
+                    (reaches.add if styles[w] == "rowwise" else todo.append)(w)
+    return [
+        _placement(costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges)
+        for v in range(len(ops))
+        if styles[v] != "free"
+    ]
+
+
+def _relaid(
+    costing: Any, assignment: tuple[int, ...], v: int, edges: dict[int, list[tuple[int, int]]], *, upstream: bool
+) -> bool:
+    """Whether the plan pays a re-layout between split module ``v`` and the whole tensors it reads
+    (``upstream``) or hands on: on an edge next to it, or further along operators without weights
+    that keep the split (which DTensor runs whole, the re-layout then falling at the module)."""
+    problem, ops = costing.problem, costing.graph.operators
+    batches = batch_axes(costing.graph)
+    todo, seen = [v], {v}
+    while todo:
+        u = todo.pop()
+        for w, e in edges.get(u, []):
+            cost = problem.edge_cost(e)[(assignment[w], assignment[u]) if upstream else (assignment[u], assignment[w])]
+            if float(cost) > 0.0:
+                return True
+            config = _config(costing, w, assignment[w])
+            split = math.prod(c for a, c in config.items() if a not in batches[ops[w].name])
+            if w not in seen and split > 1 and not _holds(ops[w]):
+                seen.add(w)
+                todo.append(w)
+    return False
+
+
+def _placement(
+    costing: Any,
+    v: int,
+    assignment: tuple[int, ...],
+    kind: str,
+    dp: int,
+    split_in: bool,
+    split_out: bool,
+    out_edges: dict[int, list[tuple[int, int]]],
+    in_edges: dict[int, list[tuple[int, int]]],
+) -> ModulePlacement:
+    """Operator ``v``'s module placement and the collectives priced for it: the output's all-reduce
+    over split input features (forward), the input gradient's over split output features (backward,
+    where the input is computed), a gather of a split output its consumers read whole (forward, where
+    the plan pays a re-layout), and the weight gradient's reduction over the data-parallel replicas
+    (backward; FSDP: the weights gathered forward and backward, the gradient reduce-scattered)."""
+    op = costing.graph.operators[v]
+    c = assignment[v]
+    fsdp = costing.is_sharded(v, c) and dp > 1
+    forward: dict[str, int] = {}
+    backward: dict[str, int] = {}
+    if kind in ("rowwise", "vocab"):
+        forward["all_reduce"] = 1
+    reads_data = any(i.source is not None for i in op.inputs if not i.param)
+    if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
+        backward["all_reduce"] = 1
+    if kind == "rowwise" and not split_in and _relaid(costing, assignment, v, in_edges, upstream=True):
+        backward["all_gather"] = 1  # a whole input split here: its gradient gathered back
+    if kind == "colwise" and not split_out and _relaid(costing, assignment, v, out_edges, upstream=False):
+        forward["all_gather"] = 1
+    if fsdp:
+        forward["all_gather"] = forward.get("all_gather", 0) + 1
+        backward["all_gather"] = backward.get("all_gather", 0) + 1
+        backward["reduce_scatter"] = 1
+    elif dp > 1 and not op.attrs.get("tied"):
+        backward["all_reduce"] = backward.get("all_reduce", 0) + 1
+    return ModulePlacement(
+        _module(op),
+        op.name,
+        kind,
+        fsdp,
+        "shard" if split_in else "replicate",
+        "shard" if split_out else "replicate",
+        tuple(op.attrs.get("params") or ()),
+        {"forward": forward, "backward": backward},
+        float(costing.held_weights(v, c)),
+    )

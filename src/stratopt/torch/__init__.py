@@ -1,0 +1,18 @@
+"""Plans that run: apply a stratopt plan to the PyTorch model it was imported from, and check it.
+
+- :func:`parallelize` lays the model's modules out on a ``dp x tp`` :class:`DeviceMesh` as the plan
+  says (DTensor's ``parallelize_module`` for tensor parallelism, ``fully_shard`` for sharded weight
+  state, a gradient all-reduce per module for replicated weights);
+- :func:`check_plan` runs the model once on one process and once on N gloo processes with the plan
+  applied, and compares loss, gradients, parameter bytes per rank and the collectives per module
+  with what the plan priced (``stratopt check-plan``);
+- :mod:`stratopt.torch.models`: small PyTorch models (an MLP and a Transformer) to try it on.
+
+Which strategies DTensor can run is :mod:`stratopt.planning.torchplan`; ``plan(...,
+expressible="torch")`` searches among those only. Needs the ``torch`` extra.
+"""
+
+from stratopt.torch.apply import Parallelized, parallelize
+from stratopt.torch.check import CheckReport, check_plan
+
+__all__ = ["CheckReport", "Parallelized", "check_plan", "parallelize"]

@@ -1,0 +1,234 @@
+"""Apply an exported plan to a PyTorch model on a device mesh (see :mod:`stratopt.torch`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.planning.export import ExportedPlan, load_plan
+
+__all__ = ["Parallelized", "parallelize", "plan_of", "validate"]
+
+
+def _torch() -> Any:
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise ModelError("applying a plan needs the 'torch' extra: pip install 'stratopt[torch]'") from None
+    if not dist.is_available():
+        raise ModelError("this PyTorch build has no torch.distributed")
+    return torch
+
+
+def plan_of(plan: Any) -> ExportedPlan:
+    """An :class:`ExportedPlan` from a :class:`~stratopt.planning.PlanResult`, an exported plan or
+    the path of one; a plan DTensor cannot run is a :class:`ModelError` saying why."""
+    if isinstance(plan, str | os.PathLike):
+        plan = load_plan(plan)
+    elif not isinstance(plan, ExportedPlan):
+        plan = ExportedPlan.of(plan)
+    if plan.mesh is None:
+        raise ModelError(f"the plan has no PyTorch form: {plan.why or 'it was exported without modules (version 1)'}")
+    return plan
+
+
+@dataclass
+class Parallelized:
+    """What :func:`parallelize` did: the mesh, the modules it split or sharded, and the modules whose
+    gradients it all-reduces over the data-parallel groups."""
+
+    mesh: Any
+    plan: ExportedPlan
+    styles: dict[str, str] = field(default_factory=dict)
+    sharded: list[str] = field(default_factory=list)
+    synced: list[str] = field(default_factory=list)
+
+    @property
+    def dp(self) -> int:
+        return int(self.mesh.shape[0])
+
+    def local_batch(self, tensors: Any) -> Any:
+        """This rank's part of a batch (dimension 0 split over the data-parallel groups)."""
+        torch = _torch()
+        rank = int(self.mesh.get_coordinate()[0])
+
+        def cut(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or not t.dim():
+                return t
+            if t.shape[0] % self.dp:
+                raise ModelError(f"the batch of {t.shape[0]} does not split over {self.dp} data-parallel groups")
+            return t.chunk(self.dp, dim=0)[rank]
+
+        return tuple(cut(t) for t in tensors) if isinstance(tensors, tuple | list) else cut(tensors)
+
+
+def _module_class(module: Any) -> str:
+    return type(module).__name__
+
+
+def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
+    """The ParallelStyle that runs ``module`` as ``entry`` says."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    kind = entry["tp"]
+    out = Shard(-1) if entry.get("output") == "shard" else Replicate()
+    into = Shard(-1) if entry.get("input") == "shard" else Replicate()
+    nn = torch.nn
+    if isinstance(module, nn.Embedding):
+        if kind == "vocab":
+            return RowwiseParallel(input_layouts=Replicate())
+        if kind == "colwise":
+            return ColwiseParallel(output_layouts=out)
+    elif isinstance(module, nn.Linear):
+        if kind == "colwise":
+            return ColwiseParallel(output_layouts=out)
+        if kind == "rowwise":
+            return RowwiseParallel(input_layouts=into)
+    elif _module_class(module) == "Conv1D" and getattr(module, "weight", None) is not None:
+        if kind == "colwise":
+            return _conv1d(ColwiseParallel, output_layouts=out)
+        if kind == "rowwise":
+            return _conv1d(RowwiseParallel, input_layouts=into)
+    raise ModelError(f"module {name!r} ({_module_class(module)}): DTensor has no {kind} style for it")
+
+
+def _conv1d(base: Any, **layouts: Any) -> Any:
+    """``base`` (ColwiseParallel or RowwiseParallel) for Hugging Face's ``Conv1D``, whose weight is
+    stored transposed (``[in, out]``): the split dimension of the weight swaps, the bias follows the
+    output features (split when they are, whole otherwise)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_module, distribute_tensor
+
+    column = base.__name__.startswith("Colwise")
+
+    class Conv1DStyle(base):  # type: ignore[misc, valid-type]
+        def _apply(self, module: Any, device_mesh: Any) -> Any:
+            import torch
+
+            def partition(_name: str, mod: Any, mesh: Any) -> None:
+                for pname, param in list(mod.named_parameters(recurse=False)):
+                    place: list[Any] = [Shard(1) if column else Shard(0)]
+                    if pname != "weight":
+                        place = [Shard(0)] if column else [Replicate()]
+                    dt = distribute_tensor(param, mesh, place)
+                    mod.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
+
+            desired = (Replicate(),) if column else (Shard(-1),)
+            return distribute_module(
+                module,
+                device_mesh,
+                partition,
+                partial(self._prepare_input_fn, self.input_layouts, desired),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )
+
+    return Conv1DStyle(**layouts)
+
+
+def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int) -> None:
+    """Average the gradients of one module's ``params`` over the data-parallel ``group`` in one
+    all-reduce, once the last of them is accumulated (a bucket per module, as DDP buckets them)."""
+    import torch.distributed as dist
+
+    ready: set[int] = set()
+
+    def local(g: Any) -> Any:
+        return g._local_tensor if hasattr(g, "_local_tensor") else g
+
+    def hook(p: Any) -> None:
+        ready.add(id(p))
+        if len(ready) < len(params):
+            return
+        ready.clear()
+        grads = [local(q.grad) for q in params if q.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads]) if len(grads) > 1 else grads[0].reshape(-1)
+        dist.all_reduce(flat, group=group)
+        flat /= ways
+        if len(grads) > 1:
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+        else:
+            grads[0].copy_(flat.view_as(grads[0]))
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(hook)
+
+
+def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
+    """``model``'s modules by name, once every module and parameter ``plan`` names is found in it
+    (else a one-line :class:`ModelError` naming the first that is not)."""
+    modules = dict(model.named_modules())
+    for name, entry in plan.modules.items():
+        if name not in modules:
+            raise ModelError(f"the plan's module {name!r} is not in {type(model).__name__} (a plan for another model?)")
+        own = dict(modules[name].named_parameters(recurse=False))
+        for pname in entry.get("params", []):
+            where, _, leaf = pname.rpartition(".")
+            if where == name and leaf not in own:
+                raise ModelError(f"the plan's parameter {pname!r} is not in module {name!r}")
+    return modules
+
+
+def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = True) -> Parallelized:
+    """Lay ``model`` out as ``plan`` says (a :class:`~stratopt.planning.PlanResult`, an exported
+    plan or its path) on ``mesh``: a 2-D ``DeviceMesh`` named ``("dp", "tp")`` of the plan's shape
+    (default: one made on the initialised process group, CPU for gloo). Column- and row-parallel
+    modules become DTensor's ``ColwiseParallel`` / ``RowwiseParallel`` over ``tp`` (an embedding
+    split over its vocabulary ``RowwiseParallel``); modules with sharded weight state are
+    ``fully_shard``-ed over ``dp``; every other module's gradients are all-reduced over ``dp``, one
+    collective per module. The plan must come from this model: a module it names that the model
+    lacks is a one-line :class:`ModelError`. Feed each rank :meth:`Parallelized.local_batch`.
+    ``prefetch=False`` keeps each sharded module's gathers inside its own forward and backward (FSDP
+    otherwise issues the next module's early), so that they are counted where the plan priced them."""
+    torch = _torch()
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    exported = plan_of(plan)
+    assert exported.mesh is not None
+    dp, tp = exported.mesh
+    if not dist.is_initialized():
+        raise ModelError("parallelize needs an initialised process group (torch.distributed.init_process_group)")
+    if mesh is None:
+        world = dist.get_world_size()
+        if world != dp * tp:
+            raise ModelError(f"the plan runs on {dp} x {tp} = {dp * tp} processes, not {world}")
+        kind = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        mesh = init_device_mesh(kind, (dp, tp), mesh_dim_names=("dp", "tp"))
+    if tuple(mesh.shape) != (dp, tp):
+        raise ModelError(f"the plan's mesh is {dp} x {tp}, the mesh given {' x '.join(map(str, mesh.shape))}")
+    modules = validate(model, exported)
+    done = Parallelized(mesh, exported)
+    split = {n: e for n, e in exported.modules.items() if e["tp"] != "replicate"}
+    if split and tp > 1:
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
+        parallelize_module(model, mesh["tp"], styles)
+        done.styles = {name: type(s).__name__ for name, s in styles.items()}
+    if dp > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for name, entry in exported.modules.items():
+            if entry["fsdp"]:
+                fully_shard(modules[name], mesh=mesh["dp"])
+                if not prefetch:  # an explicit list turns the implicit prefetch off; itself is already gathered
+                    modules[name].set_modules_to_backward_prefetch([modules[name]])
+                done.sharded.append(name)
+        owned = set(done.sharded)
+        if owned:  # the root holds the rest unsharded, so that each sharded module reshards after its forward
+            kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}
+            fully_shard(model, mesh=mesh["dp"], ignored_params=kept)
+        group = mesh.get_group("dp")
+        for name, module in modules.items():
+            params = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if params and name not in owned:
+                _sync_gradients(torch, params, group, dp)
+                done.synced.append(name)
+    return done

@@ -1,0 +1,357 @@
+"""Run a plan on N gloo processes and hold it against one process and against its prices
+(``stratopt check-plan``; see :func:`check_plan`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.planning.export import ExportedPlan
+from stratopt.torch.record import CollectiveRecorder
+
+__all__ = ["TOLERANCE", "CheckReport", "check_plan", "check_plans"]
+
+#: Loss and every gradient agree with one process to this relative error (fp32).
+TOLERANCE = 1e-5
+#: A gradient smaller than this share of its expected size is rounding noise (see _errors).
+FLOOR = 1e-3
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What :func:`check_plan` found: ``ok`` when every check passed; each check's figures."""
+
+    model: str
+    world: int
+    mesh: tuple[int, int]
+    loss: float
+    reference_loss: float
+    loss_error: float
+    worst_gradient: str
+    gradient_error: float
+    param_bytes: list[int]
+    planned_bytes: float
+    priced_bytes: float
+    collectives: list[dict[str, Any]]
+    unpriced: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def checks(self) -> dict[str, bool]:
+        return {
+            "loss": self.loss_error <= TOLERANCE,
+            "gradients": self.gradient_error <= TOLERANCE,
+            "parameter bytes": sum(self.param_bytes) == round(self.planned_bytes * self.world),
+            "collectives": all(row["match"] for row in self.collectives),
+        }
+
+    @property
+    def ok(self) -> bool:
+        return all(self.checks.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checks": self.checks,
+            "model": self.model,
+            "world": self.world,
+            "mesh": list(self.mesh),
+            "tolerance": TOLERANCE,
+            "loss": {"parallel": self.loss, "one_process": self.reference_loss, "relative_error": self.loss_error},
+            "gradients": {"worst": self.worst_gradient, "relative_error": self.gradient_error},
+            "parameter_bytes": {
+                "per_rank": self.param_bytes,
+                "plan_per_rank": self.planned_bytes,
+                "cost_model_per_device": self.priced_bytes,
+            },
+            "collectives": self.collectives,
+            "unpriced_modules": self.unpriced,
+            "seconds": self.seconds,
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _build(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
+    """The model and inputs of a ``module:function`` entry point, its weights drawn from ``seed``."""
+    import torch
+
+    from stratopt.instances.entry_points import call_entry_point
+
+    torch.manual_seed(seed)
+    made = call_entry_point(entry)
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise ModelError(f"{entry}: expected (model, example_inputs) from the entry point")
+    model, inputs = made
+    inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
+    cast = getattr(torch, dtype)
+    inputs = tuple(t.to(cast) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
+    return model.to(cast).eval(), inputs
+
+
+def _loss(out: Any, part: int = 0, parts: int = 1) -> Any:
+    """The mean of the model's first output times a fixed random tensor of the whole batch's shape
+    (this rank's ``part`` of ``parts`` along the batch): a loss every model has, which a final
+    normalisation does not make constant."""
+    import torch
+
+    while not isinstance(out, torch.Tensor):
+        out = out[0] if isinstance(out, list | tuple) else next(iter(out.values()))
+    whole = (out.shape[0] * parts, *out.shape[1:])
+    weights = torch.randn(whole, generator=torch.Generator().manual_seed(1234), dtype=torch.float64)
+    return (out * weights.chunk(parts, dim=0)[part].to(out.dtype)).mean()
+
+
+def _relative(a: Any, b: Any, floor: float = 0.0) -> float:
+    """``||a - b|| / max(||b||, floor)`` (Frobenius; 0 for two zero tensors)."""
+    scale = max(float(b.double().norm()), floor)
+    diff = float((a.double() - b.double()).norm())
+    return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+
+
+def _errors(grads: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
+    """Each gradient's relative error against one process. A gradient that is zero in exact
+    arithmetic (a key projection's bias under softmax, which shifts every score of a query alike) is
+    rounding noise in both runs; it is measured against :data:`FLOOR` times the size a gradient of
+    its size has in this model (the whole gradient's norm, in proportion to its share of the
+    elements), not against its own noise."""
+    total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in reference.values()))
+    elements = sum(g.numel() for g in reference.values()) or 1
+    return {
+        n: _relative(grads[n], g, FLOOR * total * math.sqrt(g.numel() / elements)) if n in grads else math.inf
+        for n, g in reference.items()
+    }
+
+
+def _full(t: Any) -> Any:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _local(t: Any) -> Any:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, dtype: str) -> dict[str, Any] | None:
+    """Run one plan on this rank; rank 0 returns the figures, the others None."""
+    import torch.distributed as dist
+
+    from stratopt.torch.apply import parallelize
+
+    reference: dict[str, Any] = {}
+    if rank == 0:
+        model, inputs = _build(entry, seed, dtype)
+        loss = _loss(model(*inputs))
+        loss.backward()
+        reference = {
+            "loss": float(loss.detach()),
+            "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
+        }
+    model, inputs = _build(entry, seed, dtype)
+    done = parallelize(model, plan, prefetch=False)
+    local = done.local_batch(inputs)
+    param_bytes = sum(_local(p).numel() * p.element_size() for p in model.parameters())
+    with CollectiveRecorder(model) as recorder:
+        loss = _loss(model(*local), int(done.mesh.get_coordinate()[0]), done.dp)
+        loss.backward()
+    counts = recorder.by_module()
+    value = loss.detach().clone()
+    dist.all_reduce(value, group=done.mesh.get_group("dp"))
+    value /= done.dp
+    grads = {n: _full(p.grad).detach() for n, p in model.named_parameters() if p.grad is not None}
+    sizes = [0] * world
+    dist.all_gather_object(sizes, param_bytes)
+    if rank != 0:
+        return None
+    errors = _errors(grads, reference["grads"])
+    worst = max(errors, key=lambda n: errors[n]) if errors else ""
+    return {
+        "loss": float(value),
+        "reference_loss": reference["loss"],
+        "worst": worst,
+        "error": errors.get(worst, 0.0),
+        "bytes": sizes,
+        "counts": counts,
+        "numels": {n: int(g.numel()) for n, g in reference["grads"].items()},
+        "element": int(next(model.parameters()).element_size()),
+    }
+
+
+def _kind_counts(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for phase, ops in raw.items():
+        merged: dict[str, int] = {}
+        for op, n in ops.items():
+            merged[op] = merged.get(op, 0) + n
+        out[phase] = {k: v for k, v in sorted(merged.items()) if v}
+    return out
+
+
+def _worker(
+    rank: int, world: int, port: int, cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: str, out: str
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from stratopt.planning.export import load_plan
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = []
+    try:
+        for i, (entry, data) in enumerate(cases):
+            path = os.path.join(out, f"plan{i}.json")
+            if rank == 0:
+                with open(path, "w") as fh:
+                    json.dump(data, fh)
+            dist.barrier()
+            started = time.perf_counter()
+            try:
+                found = _one_case(entry, load_plan(path), seed, rank, world, dtype)
+            except Exception as exc:  # say which case, in one line
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise RuntimeError(f"{entry} (plan {i + 1} of {len(cases)}): {type(exc).__name__}: {first}") from None
+            if found is not None:
+                found["seconds"] = time.perf_counter() - started
+            results.append(found)
+        if rank == 0:
+            with open(os.path.join(out, "results.json"), "w") as fh:
+                json.dump(results, fh)
+    finally:
+        dist.destroy_process_group()
+
+
+def _launch(
+    world: int, cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: str, timeout: float
+) -> list[dict[str, Any]]:
+    """Run ``cases`` on ``world`` gloo processes; they are stopped on an error, Ctrl-C or the timeout."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        context = mp.start_processes(
+            _worker, args=(world, _free_port(), cases, seed, dtype, out), nprocs=world, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while not context.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise ModelError(f"check-plan: the {world} processes did not finish in {timeout:g} s")
+        except mp.ProcessRaisedException as exc:
+            last = [line for line in str(exc).strip().splitlines() if line.strip()]
+            raise ModelError(f"check-plan: a process failed: {last[-1] if last else exc}") from None
+        except mp.ProcessExitedException as exc:
+            raise ModelError(f"check-plan: a process exited: {exc}") from None
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in context.processes:
+                process.join(5)
+        with open(os.path.join(out, "results.json")) as fh:
+            found: list[dict[str, Any]] = json.load(fh)
+        return found
+
+
+def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -> CheckReport:
+    assert plan.mesh is not None
+    dp, tp = plan.mesh
+    counts = found["counts"]
+    rows = []
+    for name, entry_ in plan.modules.items():
+        priced = _kind_counts(entry_.get("collectives", {}))
+        seen = _kind_counts(counts.get(name, {"forward": {}, "backward": {}}))
+        priced = {phase: priced.get(phase, {}) for phase in ("forward", "backward")}
+        seen = {phase: seen.get(phase, {}) for phase in ("forward", "backward")}
+        rows.append(
+            {
+                "module": name,
+                "tp": entry_["tp"],
+                "fsdp": entry_["fsdp"],
+                "priced": priced,
+                "counted": seen,
+                "match": priced == seen,
+            }
+        )
+    unpriced = {
+        name or "(outside every module)": _kind_counts(phases)
+        for name, phases in counts.items()
+        if name not in plan.modules and any(phases.values())
+    }
+    numels = found["numels"]
+    planned = 0.0
+    for name, numel in numels.items():
+        module, _, pname = name.rpartition(".")
+        placed = plan.modules.get(module)
+        share = 1.0
+        if placed is not None:
+            split = placed["tp"] != "replicate" and not (placed["tp"] == "rowwise" and pname == "bias")
+            share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
+        planned += numel * found["element"] * share
+    held = sum(float(e.get("held_elements", 0.0)) for e in plan.modules.values()) * found["element"]
+    loss, ref = found["loss"], found["reference_loss"]
+    return CheckReport(
+        entry, world, (dp, tp), loss, ref, abs(loss - ref) / max(abs(ref), 1e-30), found["worst"], found["error"],
+        found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0),
+    )  # fmt: skip
+
+
+def check_plans(
+    cases: Sequence[tuple[str, Any]],
+    world: int,
+    *,
+    seed: int = 0,
+    timeout: float = 300.0,
+    dtype: str = "float32",
+    progress: Callable[[str], None] | None = None,
+) -> list[CheckReport]:
+    """Check several ``(entry point, plan)`` pairs on one launch of ``world`` processes (see
+    :func:`check_plan`)."""
+    from stratopt.torch.apply import _torch, plan_of, validate
+
+    _torch()
+    if world < 1:
+        raise ModelError(f"--world must be a positive number of processes, got {world}")
+    plans = [plan_of(p) for _, p in cases]
+    for (entry, _), plan in zip(cases, plans, strict=True):
+        assert plan.mesh is not None
+        if plan.mesh[0] * plan.mesh[1] != world:
+            raise ModelError(f"{entry}: the plan runs on {plan.mesh[0]} x {plan.mesh[1]} devices, not --world {world}")
+        model, inputs = _build(entry, seed)
+        validate(model, plan)
+        batch = next((t.shape[0] for t in inputs if hasattr(t, "shape") and t.dim()), plan.mesh[0])
+        if batch % plan.mesh[0]:
+            raise ModelError(
+                f"{entry}: the batch of {batch} does not split over the plan's {plan.mesh[0]} data-parallel groups"
+            )
+    if progress is not None:
+        progress(f"running {len(cases)} plan(s) on {world} gloo processes")
+    if dtype not in ("float32", "float64"):
+        raise ModelError(f"--dtype must be float32 or float64, got {dtype!r}")
+    found = _launch(
+        world, [(entry, p.to_dict()) for (entry, _), p in zip(cases, plans, strict=True)], seed, dtype, timeout
+    )
+    return [_report(entry, plan, world, f) for (entry, _), plan, f in zip(cases, plans, found, strict=True)]
+
+
+def check_plan(
+    model: str, plan: Any, world: int, *, seed: int = 0, timeout: float = 300.0, dtype: str = "float32"
+) -> CheckReport:
+    """Run ``model`` (a ``module:function`` entry point returning the model and a batch) with ``plan``
+    on ``world`` gloo processes and compare it with one process: the loss (mean square of the first
+    output) and every gradient within :data:`TOLERANCE` relative error, the parameter bytes per rank
+    against the plan's, and the collectives ``CommDebugMode`` counts per module against those the
+    plan priced. Models run in eval mode (no dropout; batch norm on its running statistics), in
+    ``dtype`` (float32; float64 tells rounding from a wrong layout)."""
+    return check_plans([(model, plan)], world, seed=seed, timeout=timeout, dtype=dtype)[0]

@@ -1,0 +1,141 @@
+"""Count the collectives a step issues, per module and pass (forward or backward).
+
+PyTorch's ``CommDebugMode`` counts them per module too, but follows the backward pass with module
+backward hooks, which refuse a model that modifies a module's output in place (Hugging Face's ResNet
+adds its shortcut into the block's output). :class:`CollectiveRecorder` instead sees every collective
+in a ``TorchDispatchMode`` (c10d's and the functional collectives DTensor issues) and attributes it
+to the module running: in the forward pass the innermost module whose forward is executing; in the
+backward pass the module whose output's gradient arrived last (a hook on the output tensor), which
+is where its gathers, its input gradient's reduction and its weights' gradient reduction happen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+__all__ = ["CollectiveRecorder", "kind_of"]
+
+#: Collectives by their operator names, as the plan names them.
+KINDS = {
+    "all_reduce": "all_reduce", "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_gather_into_tensor": "all_gather", "_allgather_base_": "all_gather", "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "allgather_coalesced_": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter", "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all_single": "all_to_all",
+    "alltoall_base_": "all_to_all", "alltoall_": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+}  # fmt: skip
+_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+
+
+def kind_of(func: Any) -> str | None:
+    """``all_reduce`` for ``c10d.allreduce_.default`` and the like; None for anything else."""
+    packet = getattr(func, "_overloadpacket", func)
+    namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0]
+    if namespace not in _NAMESPACES:
+        return None
+    return KINDS.get(getattr(packet, "__name__", str(packet)).split(".")[-1])
+
+
+def _tensors(obj: Any, torch: Any) -> list[Any]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for x in obj for t in _tensors(x, torch)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _tensors(x, torch)]
+    values = getattr(obj, "values", None)  # a Hugging Face ModelOutput
+    return [t for x in values() for t in _tensors(x, torch)] if callable(values) else []
+
+
+class CollectiveRecorder:
+    """Use as ``with CollectiveRecorder(model) as rec: loss = f(model(x)); loss.backward()``; then
+    ``rec.counts[(module, "forward" | "backward")]`` is a Counter of collective kinds (module ``""``:
+    outside every module of ``model``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.counts: dict[tuple[str, str], Counter[str]] = {}
+        self.stack: list[str] = []
+        self.backward_at = ""
+        self.in_backward = False
+        self.handles: list[Any] = []
+        self.mode: Any = None
+
+    def _record(self, kind: str) -> None:
+        if self.in_backward:
+            where = (self.backward_at, "backward")
+        else:
+            where = (self.stack[-1] if self.stack else "", "forward")
+        self.counts.setdefault(where, Counter())[kind] += 1
+
+    def __enter__(self) -> CollectiveRecorder:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        recorder = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                kind = kind_of(func)
+                if kind is not None:
+                    recorder._record(kind)
+                return func(*args, **(kwargs or {}))
+
+        for name, module in self.model.named_modules():
+            self.handles.append(module.register_forward_pre_hook(self._enter(name), prepend=True))
+            # after DTensor's output re-layout (the module's own), before FSDP's hook on the same
+            # output, whose gradient hook gathers the weights at the start of the module's backward
+            self.handles.append(module.register_forward_hook(self._claim(name, torch)))
+            self.handles.append(module.register_forward_hook(self._leave(name)))
+            state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
+            handle = getattr(state, "_post_forward_hook_handle", None)
+            if handle is not None and handle.id in module._forward_hooks:
+                module._forward_hooks.move_to_end(handle.id)
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def _enter(self, name: str) -> Any:
+        def hook(_module: Any, _args: Any) -> None:
+            self.in_backward = False
+            self.stack.append(name)
+
+        return hook
+
+    def _claim(self, name: str, torch: Any) -> Any:
+        def arrived(grad: Any) -> None:
+            self.in_backward = True
+            self.backward_at = name
+
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            for t in _tensors(output, torch):
+                # a tensor handed out unchanged by several modules belongs to the innermost
+                if t.requires_grad and not getattr(t, "_stratopt_claimed", False):
+                    t._stratopt_claimed = True
+                    t.register_hook(arrived)
+
+        return hook
+
+    def _leave(self, name: str) -> Any:
+        def hook(_module: Any, _args: Any, _output: Any) -> None:
+            if self.stack and self.stack[-1] == name:
+                self.stack.pop()
+
+        return hook
+
+    def __exit__(self, *exc: Any) -> None:
+        self.mode.__exit__(*exc)
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def by_module(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{module: {"forward": {kind: count}, "backward": {...}}}``."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for (module, phase), counter in self.counts.items():
+            out.setdefault(module, {"forward": {}, "backward": {}})[phase] = dict(sorted(counter.items()))
+        return out
