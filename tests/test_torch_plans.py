@@ -1,0 +1,165 @@
+"""Plans that run: every tested plan, applied with DTensor and FSDP on 2 and 4 gloo processes,
+computes the one-process model (loss and gradients within 1e-5), holds the parameter bytes the plan
+says on each rank, and issues per module the collectives the plan priced; a plan whose prices are
+wrong is caught, and a plan for another model is refused before anything runs.
+
+All plans of one world size run in one launch (``check_plans``), to keep the suite short."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from stratopt.cli import main
+from stratopt.errors import ModelError
+from stratopt.planning import plan
+from stratopt.planning.export import ExportedPlan
+from stratopt.planning.torchplan import find_mesh
+from stratopt.torch import check_plan
+from stratopt.torch.check import TOLERANCE, check_plans
+
+MODELS = [
+    "stratopt.importers.hf:gpt2",
+    "stratopt.importers.hf:llama",
+    "stratopt.importers.hf:resnet",
+    "stratopt.torch.models:mlp",
+    "stratopt.torch.models:transformer",
+]
+
+
+def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
+    """(model, strategy, plan): the optimum among the plans DTensor runs, and the hand-written
+    Megatron (tensor parallel over the whole world), Megatron with FSDP and FSDP where they run."""
+    wanted = {"plan", f"megatron-tp{world}", "megatron-tp2-fsdp", "fsdp"}
+    out = []
+    for model in MODELS:
+        result = plan(model, 1, world, simulate=False, expressible="torch")
+        for strategy in (result.plan, *result.baselines):
+            if strategy.name not in wanted or strategy.assignment is None:
+                continue
+            if isinstance(find_mesh(result.costing, strategy.assignment, world), str):
+                assert model.endswith("resnet") and strategy.name.startswith("megatron")  # convolutions: no style
+                continue
+            out.append((model, strategy.name, ExportedPlan.of(dataclasses.replace(result, plan=strategy))))
+    return out
+
+
+def _tampered(exported: ExportedPlan) -> ExportedPlan:
+    """The plan with one priced collective taken away: what a wrong price looks like."""
+    modules = copy.deepcopy(exported.modules)
+    for entry in modules.values():
+        phases = entry["collectives"]
+        for phase in ("forward", "backward"):
+            if phases[phase]:
+                phases[phase].pop(next(iter(phases[phase])))
+                return dataclasses.replace(exported, modules=modules)
+    raise AssertionError("the plan prices no collective")
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"world{w}")
+def checked(request):
+    world = request.param
+    cases = _cases(world)
+    extra = [] if world != 2 else [("stratopt.importers.hf:llama", "tampered", _tampered(_megatron(cases)))]
+    reports = check_plans([(m, p) for m, _, p in cases] + [(m, p) for m, _, p in extra], world, timeout=600)
+    return world, cases, extra, reports
+
+
+def _megatron(cases: list[tuple[str, str, ExportedPlan]]) -> ExportedPlan:
+    return next(p for m, name, p in cases if m.endswith("llama") and name.startswith("megatron"))
+
+
+def test_every_plan_runs_as_priced(checked) -> None:
+    world, cases, extra, reports = checked
+    assert len(extra) == (world == 2)
+    assert {m for m, _, _ in cases} == set(MODELS)
+    for (model, name, exported), report in zip(cases, reports, strict=False):
+        where = f"{model} {name} at world {world}"
+        assert report.loss_error <= TOLERANCE, where
+        assert report.gradient_error <= TOLERANCE, (where, report.worst_gradient)
+        assert sum(report.param_bytes) == round(report.planned_bytes * world), where
+        bad = [row for row in report.collectives if not row["match"]]
+        assert not bad, (where, bad[:2])
+        assert report.ok, where
+        assert {row["module"] for row in report.collectives} == set(exported.modules), where
+    # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
+    for model in MODELS:
+        names = [name for m, name, _ in cases if m == model]
+        assert len(names) >= 2 and "plan" in names, (model, names)
+        if not model.endswith("resnet"):
+            assert any(n.startswith("megatron") for n in names), (model, names)
+    # the checks can fail: a plan whose prices leave out a collective the run issues is reported
+    for _, _, _ in extra:
+        report = reports[len(cases)]
+        assert not report.ok and not report.checks["collectives"]
+        assert report.checks["loss"] and report.checks["gradients"]
+
+
+def test_the_mlp_plan_splits_both_ways_and_beats_every_baseline_that_runs() -> None:
+    """On 4 H100s the MLP's plan is tensor parallel 2 x data parallel 2, no slower than any
+    baseline DTensor runs."""
+    result = plan("stratopt.torch.models:mlp", 1, 4, simulate=False, expressible="torch")
+    exported = ExportedPlan.of(result)
+    assert exported.mesh == (2, 2)
+    assert {e["tp"] for e in exported.modules.values()} >= {"colwise", "rowwise"}
+    for b in result.baselines:
+        if b.fits and b.estimate and not isinstance(find_mesh(result.costing, b.assignment, 4), str):
+            assert result.plan.estimate <= b.estimate + 1e-6, b.name
+
+
+def test_a_plan_for_another_model_is_refused(tmp_path, capsys) -> None:
+    """The GPT-2 plan on Llama: the first unknown module named, before any process starts."""
+    path = tmp_path / "gpt2.json"
+    plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch").export(path)
+    with pytest.raises(ModelError, match="the plan's module 'wte' is not in LlamaModel"):
+        check_plan("stratopt.importers.hf:llama", path, 2)
+    assert main(["check-plan", "stratopt.importers.hf:llama", "--plan", str(path), "--world", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not in LlamaModel" in err[0]
+    assert main(["check-plan", "stratopt.importers.hf:gpt2", "--plan", str(path), "--world", "4"]) == 2
+    assert "not --world 4" in capsys.readouterr().err
+
+
+def test_a_plan_dtensor_cannot_run_says_why(tmp_path) -> None:
+    """AlexNet's plan splits a classifier's input features without its batch: the export says which
+    operator has no DTensor form, and check-plan refuses it."""
+    path = tmp_path / "alexnet.json"
+    plan("alexnet", 1, 2, simulate=False).export(path)
+    data = json.loads(path.read_text())
+    assert data["mesh"] is None and data["modules"] == {} and "no DTensor form" in data["why"]
+    with pytest.raises(ModelError, match="no PyTorch form"):
+        check_plan("stratopt.torch.models:mlp", path, 2)
+
+
+def test_cli_check_plan_prints_the_table_and_json(tmp_path, capsys) -> None:
+    path = tmp_path / "plan.json"
+    entry = "stratopt.torch.models:transformer"
+    assert (
+        main(
+            [
+                "plan",
+                entry,
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "2",
+                "--no-simulate",
+                "--expressible",
+                "torch",
+                "--export",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["check-plan", entry, "--plan", str(path), "--world", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and all(out["checks"].values()) and out["world"] == 2
+    assert len(out["parameter_bytes"]["per_rank"]) == 2

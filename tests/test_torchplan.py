@@ -1,0 +1,66 @@
+"""Which strategies DTensor runs (stratopt.planning.torchplan), without running anything: the style
+of each configuration, the restricted search, and the placements and priced collectives of
+Megatron's pattern on Llama (grouped-query attention)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stratopt.graph import GraphBuilder
+from stratopt.planning.torchplan import mesh_shapes, style
+
+
+def _fc():
+    g = GraphBuilder("t")
+    x = g.input((8, 16))
+    g.fc(x, 32, name="fc")
+    return g.build().operators[0]
+
+
+def test_styles_of_a_linear_layer() -> None:
+    op = _fc()
+    m, n, k = op.attrs["m"][0], op.attrs["n"][0], op.attrs["k"][0]
+
+    def config(**splits: int) -> dict[str, int]:
+        return {a: splits.get(a, 1) for a in op.axes}
+
+    batch = (m,)
+    assert style(op, config(**{m: 2}), batch, 2, 1) == "replicate"
+    assert style(op, config(**{m: 2, n: 2}), batch, 2, 2) == "colwise"
+    assert style(op, config(**{m: 2, k: 2}), batch, 2, 2) == "rowwise"
+    assert style(op, config(**{n: 2, k: 2}), batch, 1, 4) is None  # both features split: no style
+    assert style(op, config(**{m: 4}), batch, 2, 2) is None  # the batch over more than dp
+    assert style(op, config(**{n: 2}), batch, 1, 4) is None  # 2 of a tensor-parallel 4
+
+
+def test_meshes_keep_tensor_parallelism_inside_a_node() -> None:
+    assert mesh_shapes(8, 4) == [(8, 1), (4, 2), (2, 4)]
+    assert mesh_shapes(4, 4) == [(4, 1), (2, 2), (1, 4)]
+
+
+def test_megatron_on_llama_as_dtensor_runs_it() -> None:
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import find_mesh, module_placements, restricted_costs
+    from stratopt.problem import FORBIDDEN, evaluate
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2")
+    assert find_mesh(result.costing, megatron.assignment, 2) == (1, 2)
+    placed = {p.module: p for p in module_placements(result.costing, megatron.assignment, 1, 2)}
+    assert placed["embed_tokens"].tp == "vocab"
+    assert placed["embed_tokens"].collectives["forward"] == {"all_reduce": 1}
+    for name in ("q_proj", "k_proj", "v_proj"):
+        assert placed[f"layers.0.self_attn.{name}"].tp == "colwise"
+    mlp = {n: placed[f"layers.0.mlp.{n}"] for n in ("gate_proj", "up_proj", "down_proj")}
+    assert mlp["gate_proj"].output == mlp["up_proj"].output == "shard" and mlp["down_proj"].input == "shard"
+    assert mlp["down_proj"].collectives == {"forward": {"all_reduce": 1}, "backward": {}}
+    assert mlp["up_proj"].collectives == {"forward": {}, "backward": {"all_reduce": 1}}
+    # the plan is the optimum of the restricted space on its mesh: no configuration outside it
+    dp, tp = find_mesh(result.costing, result.plan.assignment, 2)
+    costs = restricted_costs(result.costing, dp, tp)
+    assert costs is not None
+    assert all(costs[v][c] < FORBIDDEN for v, c in enumerate(result.plan.assignment))
+    restricted = result.costing.problem.replace(node_costs=costs)
+    assert np.isclose(float(evaluate(restricted, result.plan.assignment).objective), result.plan.objective)
