@@ -118,4 +118,16 @@ def test_json_keys_match_the_contract():
     """to_dict() has the keys DESIGN section 7 promises."""
     d = solve(load_problem("example"), "brute").to_dict("example")
     assert set(d) >= {"instance", "solver", "status", "objective", "bound", "assignment", "wall_time", "stats"}
+    assert d["gap"] == 0.0 and d["bound_method"].startswith("brute: enumeration")
     assert d["status"] == "optimal" and d["assignment"] == [0, 0, 2, 1, 0]
+
+
+def test_a_feasible_answer_names_the_bound_it_carries():
+    """Greedy proves nothing (no bound, no gap); a result whose bound came from another run names
+    that run, and the gap is (cost - bound) / cost."""
+    r = solve(load_problem("example"), "greedy")
+    assert r.to_dict()["bound"] is None and r.gap is None and r.bound_method is None
+    lower = Result(
+        "greedy", Status.FEASIBLE, (0, 0, 2, 1, 0), 445, 400, Limit.HEURISTIC, stats={"bound_method": "dp: x"}
+    )
+    assert lower.gap == pytest.approx(45 / 445) and lower.to_dict()["bound_method"] == "dp: x"

@@ -94,6 +94,14 @@ class Result:
             return 0.0
         return float(self.objective - self.bound) / max(abs(float(self.objective)), 1e-300)
 
+    @property
+    def bound_method(self) -> str | None:
+        """How :attr:`bound` was obtained (``stats["bound_method"]`` where a run other than this
+        solver's own gave it), or None without a bound."""
+        if self.bound is None:
+            return None
+        return str(self.stats.get("bound_method") or BOUND_METHODS.get(self.solver, f"{self.solver}'s own bound"))
+
     def to_dict(self, instance: str | None = None) -> dict[str, Any]:
         """The command line's JSON object (DESIGN section 7)."""
         return {
@@ -102,11 +110,26 @@ class Result:
             "status": self.status.value,
             "objective": self.objective,
             "bound": self.bound,
+            "gap": self.gap,
+            "bound_method": self.bound_method,
             "assignment": None if self.assignment is None else list(self.assignment),
             "wall_time": round(self.wall_time, 6),
             "limit": None if self.limit is None else self.limit.value,
             "stats": self.stats,
         }
+
+
+#: How each solver's own lower bound is obtained (:attr:`Result.bound_method`).
+BOUND_METHODS = {
+    "dp": "dp: the exact optimum of vertex elimination",
+    "dp-reference": "dp-reference: the exact optimum of vertex elimination",
+    "brute": "brute: enumeration of every assignment",
+    "wcsp": "wcsp: toulbar2's dual bound on the presolved model",
+    "mip-highs": "mip-highs: HiGHS's branch-and-bound bound (LP relaxations)",
+    "mip-cbc": "mip-cbc: CBC's branch-and-bound bound (LP relaxations)",
+    "cpsat": "cpsat: CP-SAT's objective bound",
+    "lagrange": "lagrange: the Lagrangian dual over time-slot prices (subgradient ascent; each value exact for its prices)",
+}
 
 
 @runtime_checkable

@@ -52,8 +52,10 @@ def answer(path: str, timeout: float, say: Callable[[str], None]) -> bool:
     result = solve_auto(problem, time_limit=budget, progress=say, incumbent=keep) if budget > 0 else None
     if result is not None:
         took = time.perf_counter() - start
+        gap = "" if result.gap is None else f", gap {100 * result.gap:.2f}%"
         say(
-            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}, {took:.1f} s{_beside(result.stats)}"
+            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}{gap}, {took:.1f} s"
+            f"{_beside(result.stats)}{'' if result.bound is None else f'; bound from {result.bound_method}'}"
         )
         if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
             best.append(result.assignment)

@@ -117,6 +117,7 @@ def solve_auto(
         stats["dp_bound"] = bound
         if result.bound is None or bound > result.bound:
             changes["bound"] = bound
+            stats["bound_method"] = "dp: the optimum without the usage limit"
     return dataclasses.replace(result, **changes)
 
 
@@ -180,6 +181,7 @@ def _join(problem: StrategyProblem, result: Result, other: Result | str) -> Resu
     bound = result.bound
     if other.bound is not None and (bound is None or other.bound > bound):
         bound = changes["bound"] = other.bound
+        stats["bound_method"] = f"{other.bound_method} (run beside {result.solver})"
     # Its answer was checked in the child; checked again here, where it is used.
     if other.assignment is not None and other.status is Status.FEASIBLE:
         own = evaluate(problem, other.assignment)
@@ -191,6 +193,7 @@ def _join(problem: StrategyProblem, result: Result, other: Result | str) -> Resu
     objective = changes.get("objective", result.objective)
     if objective is not None and bound is not None and bound >= objective:
         changes.update(status=Status.OPTIMAL, limit=None, bound=objective)
+        stats["bound_method"] = f"the answer meets the bound of {stats.get('bound_method') or result.bound_method}"
     return dataclasses.replace(result, **changes)
 
 
