@@ -1,0 +1,68 @@
+"""`stratopt iopddl` stopped by the harness: killed with SIGTERM at 20 random moments of a run on
+a contest instance (once it has announced its first answer, which it does before any search), it
+always prints a feasible answer as its last stdout line and exits 0.
+
+IOPDDL G (816 vertices) goes through every stage of the command in a few seconds: the quick first
+answer, greedy, toulbar2 on the presolved model in the command's own process and `lagrange` in a
+child process beside it. Two runs at a time, to keep the test short."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from stratopt import evaluate
+from stratopt.instances import load_problem
+from stratopt.solvers.contest import least_usage
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "iopddl"
+G = SHARED / "asplos-2025-iopddl-G.json.gz"
+
+
+def _killed(after: float) -> tuple[int, list[int], float]:
+    """(exit code, answer, seconds from the first answer to the kill) of one run killed ``after``
+    seconds past its first announced answer."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stratopt", "iopddl", str(G), "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the first incumbent: from here on the command holds an answer
+        if line.startswith("incumbent at"):
+            break
+    time.sleep(after)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    return proc.returncode, json.loads(lines[-1]) if lines else [], after
+
+
+@pytest.mark.skipif(not G.exists(), reason="../shared/iopddl is not beside the repository")
+def test_sigterm_at_20_random_moments_always_answers() -> None:
+    problem = load_problem(str(G))
+    rng = random.Random(2025)
+    moments = sorted(rng.uniform(0.0, 5.0) for _ in range(20))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(_killed, moments))
+    for code, answer, after in runs:
+        assert code == 0, f"killed {after:.2f} s after its first answer: exit {code}"
+        ev = evaluate(problem, answer)
+        assert ev.feasible, f"killed {after:.2f} s after its first answer: {ev.violation}"
+
+
+@pytest.mark.skipif(not G.exists(), reason="../shared/iopddl is not beside the repository")
+def test_the_first_answer_is_feasible_and_immediate() -> None:
+    """The answer the command holds before searching: feasible on G despite its forbidden pairs."""
+    problem = load_problem(str(G))
+    first = least_usage(problem)
+    assert first is not None and evaluate(problem, first).feasible
