@@ -21,13 +21,14 @@ hand them.
 
 :func:`module_placements` gives each module's placement and the collectives the cost model priced for
 it (kind and count, forward and backward), which ``stratopt check-plan`` holds against PyTorch's own
-count; :func:`torch_pattern` is the restriction ``plan(..., expressible="torch")`` searches in.
+count; :func:`restricted_costs` is the restriction ``plan(..., expressible="torch")`` searches in
+(every other configuration forbidden), :func:`find_mesh` the mesh a strategy runs on.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 
-__all__ = ["ModulePlacement", "mesh_shapes", "module_placements", "torch_pattern"]
+__all__ = ["ModulePlacement", "find_mesh", "mesh_shapes", "module_placements", "restricted_costs", "style"]
 
 STYLES = ("replicate", "colwise", "rowwise", "vocab")
 
@@ -99,17 +100,6 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
     if split == ["k"]:
         return "vocab" if attrs.get("lookup") else "rowwise"
     return "colwise" if split == ["n"] else None
-
-
-def torch_pattern(costing: Any, dp: int, tp: int) -> Callable[[int, Operator, dict[str, int]], bool]:
-    """The configurations DTensor runs on a ``dp x tp`` mesh (a pattern for the baselines' exact
-    DP): :func:`style` is not None and nothing is recomputed."""
-    batches = batch_axes(costing.graph)
-
-    def allowed(v: int, op: Operator, config: dict[str, int]) -> bool:
-        return style(op, config, batches[op.name], dp, tp) is not None
-
-    return allowed
 
 
 def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:

@@ -351,7 +351,7 @@ def check_plan(
     """Run ``model`` (a ``module:function`` entry point returning the model and a batch) with ``plan``
     on ``world`` gloo processes and compare it with one process: the loss (mean square of the first
     output) and every gradient within :data:`TOLERANCE` relative error, the parameter bytes per rank
-    against the plan's, and the collectives ``CommDebugMode`` counts per module against those the
+    against the plan's, and the collectives counted per module and pass (:class:`~stratopt.torch.record.CollectiveRecorder`) against those the
     plan priced. Models run in eval mode (no dropout; batch norm on its running statistics), in
     ``dtype`` (float32; float64 tells rounding from a wrong layout)."""
     return check_plans([(model, plan)], world, seed=seed, timeout=timeout, dtype=dtype)[0]
