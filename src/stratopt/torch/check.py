@@ -349,9 +349,10 @@ def check_plan(
     model: str, plan: Any, world: int, *, seed: int = 0, timeout: float = 300.0, dtype: str = "float32"
 ) -> CheckReport:
     """Run ``model`` (a ``module:function`` entry point returning the model and a batch) with ``plan``
-    on ``world`` gloo processes and compare it with one process: the loss (mean square of the first
-    output) and every gradient within :data:`TOLERANCE` relative error, the parameter bytes per rank
-    against the plan's, and the collectives counted per module and pass (:class:`~stratopt.torch.record.CollectiveRecorder`) against those the
-    plan priced. Models run in eval mode (no dropout; batch norm on its running statistics), in
-    ``dtype`` (float32; float64 tells rounding from a wrong layout)."""
+    on ``world`` gloo processes and compare it with one process: the loss (the mean of the first
+    output times a fixed random tensor) and every gradient within :data:`TOLERANCE` relative error,
+    the parameter bytes per rank against the plan's, and the collectives counted per module and pass
+    (:class:`~stratopt.torch.record.CollectiveRecorder`) against those the plan priced. Models run in
+    eval mode (no dropout; batch norm on its running statistics), in ``dtype`` (float32; float64
+    tells rounding from a wrong layout)."""
     return check_plans([(model, plan)], world, seed=seed, timeout=timeout, dtype=dtype)[0]
