@@ -91,19 +91,20 @@ def solve_auto(
         result = solve(problem, "brute", time_limit=left(), seed=seed)
     elif mip_fits(problem) and (exact_name := _first_available("wcsp", "mip-highs", "cpsat")):
         say(f"{exact_name}: solving the presolved model (greedy gives the start)")
-        hint: Any = True
+        hinted: dict[str, Any] = {}  # the solver's own default hint unless the caller holds answers
         if incumbent is not None:  # a caller that may be stopped early holds greedy's start first
             from stratopt.solvers.registry import greedy_hint
 
-            hint = greedy_hint(problem)
-            if hint is not None and evaluate(problem, hint).feasible:
-                incumbent(tuple(int(c) for c in hint))
+            first = greedy_hint(problem)
+            hinted["hint"] = first
+            if first is not None and evaluate(problem, first).feasible:
+                incumbent(tuple(int(c) for c in first))
         beside = _start_beside(problem, left(), seed)
         if beside is not None:
             say("lagrange beside it on a second core (its bound and answer join the result)")
         try:
             try:
-                result = solve(problem, exact_name, time_limit=left(), seed=seed, hint=hint)
+                result = solve(problem, exact_name, time_limit=left(), seed=seed, **hinted)
             except UnsupportedProblemError as exc:  # wcsp: fractional usages
                 say(f"{exc}; mip-highs instead")
                 result = solve(

@@ -229,8 +229,21 @@ def _worker(
         if rank == 0:
             with open(os.path.join(out, "results.json"), "w") as fh:
                 json.dump(results, fh)
+        dist.barrier()  # the results are written before any process tears down
     finally:
         dist.destroy_process_group()
+    # no interpreter teardown: gloo's threads have been seen to abort a process there (SIGABRT,
+    # "terminate called without an active exception") after its work was done
+    os._exit(0)
+
+
+def _complete(out: str, cases: int) -> bool:
+    """Whether the results of every case were written (after every process had done its part)."""
+    try:
+        with open(os.path.join(out, "results.json")) as fh:
+            return len(json.load(fh)) == cases
+    except (OSError, ValueError):
+        return False
 
 
 def _launch(
@@ -252,7 +265,8 @@ def _launch(
             last = [line for line in str(exc).strip().splitlines() if line.strip()]
             raise ModelError(f"check-plan: a process failed: {last[-1] if last else exc}") from None
         except mp.ProcessExitedException as exc:
-            raise ModelError(f"check-plan: a process exited: {exc}") from None
+            if not _complete(out, len(cases)):  # a crash after the results were written is not the plan's
+                raise ModelError(f"check-plan: a process exited: {exc}") from None
         finally:
             for process in context.processes:
                 if process.is_alive():
