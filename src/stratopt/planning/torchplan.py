@@ -38,8 +38,6 @@ from stratopt.planning.batch import batch_axes
 
 __all__ = ["ModulePlacement", "find_mesh", "mesh_shapes", "module_placements", "restricted_costs", "style"]
 
-STYLES = ("replicate", "colwise", "rowwise", "vocab")
-
 
 @dataclass(frozen=True)
 class ModulePlacement:
