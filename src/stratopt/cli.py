@@ -20,6 +20,7 @@ from stratopt.cliargs import count as _count
 from stratopt.cliargs import options as _options
 from stratopt.cliargs import positive as _positive
 from stratopt.cliargs import seconds as _seconds
+from stratopt.cliargs import share as _share
 from stratopt.errors import CrossCheckError, ModelError, NoSolutionError, StratoptError
 from stratopt.graph.io import save_graph
 from stratopt.graph.ir import Graph
@@ -78,7 +79,13 @@ def _solve_cmd(args: argparse.Namespace) -> int:
     """
     problem, costing = _load(args)
     result = solve_named(
-        problem, args.solver, time_limit=args.time_limit, seed=args.seed, ray=args.ray, progress=_stderr
+        problem,
+        args.solver,
+        time_limit=args.time_limit,
+        seed=args.seed,
+        ray=args.ray,
+        bound_share=args.bound_share,
+        progress=_stderr,
     )
     explain = costing.explain(result.assignment) if costing and args.explain and result.assignment else None
     data = report.result_json(result, args.instance, costing, explain)
@@ -317,7 +324,7 @@ def _iopddl_cmd(args: argparse.Namespace) -> int:
     Progress on stderr, the answer "[i, j, ...]" as the last stdout line; "[]" (exit 1) only when no feasible
     assignment was found in time.
     """
-    return _LeaveAtOnce(OK if answer(args.file, args.timeout, _stderr) else NO_SOLUTION)
+    return _LeaveAtOnce(OK if answer(args.file, args.timeout, _stderr, bound_share=args.bound_share) else NO_SOLUTION)
 
 
 class _LeaveAtOnce(int):
@@ -334,6 +341,12 @@ def _add(sub: Any, func: Callable[[argparse.Namespace], int], **extra: Any) -> a
     )
     p.set_defaults(func=func)
     return p
+
+
+_BOUND_SHARE_HELP = (
+    "lagrange (alone or picked by auto): the share of the time limit its linear relaxation may take "
+    "on one core, for the lower bound (default 0.5; 0: none)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--solver", "-s", default="auto", metavar="S", help=f"auto or {', '.join(registry.names())}")
     p.add_argument("--explain", action="store_true", help="per operator: configuration, compute, comm., memory")
     p.add_argument("--ray", action="store_true", help="lagrange only: weight vectors as Ray tasks (ray.init())")
+    p.add_argument("--bound-share", type=_share, metavar="S", help=_BOUND_SHARE_HELP)
     _options(p, "time", "seed", "json", "memory")
     p = _add(sub, _evaluate_cmd)
     p.add_argument("instance", metavar="INSTANCE", help=instance)
@@ -437,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, _iopddl_cmd)
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
     p.add_argument("timeout", metavar="TIMEOUT", type=_seconds, help="seconds in all, reading the file included")
+    p.add_argument("--bound-share", type=_share, metavar="S", help=_BOUND_SHARE_HELP)
     return parser
 
 

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["count", "count_or_auto", "options", "positive", "seconds"]
+__all__ = ["count", "count_or_auto", "options", "positive", "seconds", "share"]
 
 
 def positive(kind: type, unit: str) -> Callable[[str], Any]:
@@ -25,6 +25,17 @@ def positive(kind: type, unit: str) -> Callable[[str], Any]:
 
 
 seconds, count = positive(float, "number of seconds"), positive(int, "integer")
+
+
+def share(text: str) -> float:
+    """An argparse type: a share of a whole, from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value
 
 
 def count_or_auto(text: str) -> int | str:

@@ -17,11 +17,12 @@ from stratopt.solvers.base import Status
 __all__ = ["answer"]
 
 
-def answer(path: str, timeout: float, say: Callable[[str], None]) -> bool:
+def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share: float | None = None) -> bool:
     """Solve the problem in ``path`` within ``timeout`` seconds (reading it included) and print the
     answer ``[i, j, ...]`` as the last stdout line; ``[]`` when nothing feasible was found. Progress
     goes to ``say``. Returns whether an answer was printed. A SIGTERM or SIGINT during the search
     prints the best answer so far and ends the process at once (exit 0 with one, 1 without).
+    ``bound_share``: lagrange's share of the time for its linear relaxation (None: its default).
     """
     from stratopt.instances import load_problem
     from stratopt.solvers.dispatch import solve_auto
@@ -52,13 +53,18 @@ def answer(path: str, timeout: float, say: Callable[[str], None]) -> bool:
     first = least_usage(problem)
     if first is not None:  # an answer from the first moment, however early the harness stops us
         keep(first)
-    result = solve_auto(problem, time_limit=budget, progress=say, incumbent=keep) if budget > 0 else None
+    result = (
+        solve_auto(problem, time_limit=budget, progress=say, incumbent=keep, bound_share=bound_share)
+        if budget > 0
+        else None
+    )
     if result is not None:
         took = time.perf_counter() - start
         gap = "" if result.gap is None else f", gap {100 * result.gap:.2f}%"
         say(
             f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}{gap}, {took:.1f} s"
             f"{_beside(result.stats)}{'' if result.bound is None else f'; bound from {result.bound_method}'}"
+            f"{_relaxation(result.stats)}"
         )
         if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
             best.append(result.assignment)
@@ -113,6 +119,17 @@ def least_usage(problem: Any) -> tuple[int, ...] | None:
             if choose(w):
                 return None
     return tuple(picks) if evaluate(problem, picks).feasible else None
+
+
+def _relaxation(stats: dict[str, Any]) -> str:
+    """What lagrange's linear relaxation gave (its own run's or the run beside), for the closing line."""
+    lp = stats.get("lp") or (stats.get("beside") or {}).get("lp")
+    if not lp:
+        return ""
+    if "skipped" in lp:
+        return f"; relaxation skipped: {lp['skipped']}"
+    got = "no bound" if lp.get("bound") is None else f"bound {lp['bound']:.10g}"
+    return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns)"
 
 
 def _beside(stats: dict[str, Any]) -> str:

@@ -48,6 +48,7 @@ def solve_auto(
     seed: int | None = None,
     progress: Callable[[str], None] | None = None,
     incumbent: Callable[[tuple[int, ...]], None] | None = None,
+    bound_share: float | None = None,
 ) -> Result:
     """What ``solve(problem, "auto")`` does: the best exact answer that applies, else a heuristic.
 
@@ -64,9 +65,11 @@ def solve_auto(
     A FEASIBLE answer carries the DP's optimum as its lower bound when that is the better bound.
     ``stats["auto"]`` says why the answer came from a later step. ``progress`` receives greedy's
     progress lines; ``incumbent`` each feasible assignment greedy holds as it improves (so a caller
-    stopped early still has an answer).
+    stopped early still has an answer). ``bound_share``: lagrange's share of the time for its linear
+    relaxation, where lagrange runs (None: its default).
     """
     start = time.perf_counter()
+    share: dict[str, Any] = {} if bound_share is None else {"bound_share": bound_share}
     say = progress or (lambda _msg: None)
     bound = None
     try:
@@ -99,7 +102,7 @@ def solve_auto(
             hinted["hint"] = first
             if first is not None and evaluate(problem, first).feasible:
                 incumbent(tuple(int(c) for c in first))
-        beside = _start_beside(problem, left(), seed)
+        beside = _start_beside(problem, left(), seed, share)
         if beside is not None:
             say("lagrange beside it on a second core (its bound and answer join the result)")
         try:
@@ -118,7 +121,10 @@ def solve_auto(
     else:
         heuristic = _first_available("lagrange") or "greedy"
         say(f"{heuristic}: too large for the exact formulations")
-        result = solve(problem, heuristic, time_limit=left(), seed=seed, progress=progress, incumbent=incumbent)
+        extra = share if heuristic == "lagrange" else {}
+        result = solve(
+            problem, heuristic, time_limit=left(), seed=seed, progress=progress, incumbent=incumbent, **extra
+        )
     stats = {**result.stats, "auto": note}
     changes: dict[str, Any] = {"stats": stats, "wall_time": time.perf_counter() - start}
     if bound is not None and result.status is Status.FEASIBLE:
@@ -133,10 +139,10 @@ class _Beside:
     """``lagrange`` (one process, toulbar2 in it) running in a child process beside an exact run
     in this one; :meth:`collect` returns its checked Result, :meth:`stop` ends it."""
 
-    def __init__(self, problem: StrategyProblem, seconds: float, seed: int | None) -> None:
+    def __init__(self, problem: StrategyProblem, seconds: float, seed: int | None, options: dict[str, Any]) -> None:
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_beside_main, args=(send, problem, seconds, seed), daemon=True)
+        self._proc = ctx.Process(target=_beside_main, args=(send, problem, seconds, seed, options), daemon=True)
         self._proc.start()
         send.close()
 
@@ -157,12 +163,14 @@ class _Beside:
         self._recv.close()
 
 
-def _beside_main(send: Any, problem: StrategyProblem, seconds: float, seed: int | None) -> None:
+def _beside_main(
+    send: Any, problem: StrategyProblem, seconds: float, seed: int | None, options: dict[str, Any]
+) -> None:
     from stratopt.solvers.lagrange import as_child
 
     as_child()
     try:
-        result: Result | str = solve(problem, "lagrange", time_limit=seconds, seed=seed, workers=0)
+        result: Result | str = solve(problem, "lagrange", time_limit=seconds, seed=seed, workers=0, **options)
     except Exception as exc:  # reported to the parent as nothing found; its own run stands
         result = f"{type(exc).__name__}: {exc}"
     send.send(result)
@@ -183,6 +191,7 @@ def _join(problem: StrategyProblem, result: Result, other: Result | str) -> Resu
             "objective": other.objective,
             "bound": other.bound,
             "runs": other.stats.get("runs"),
+            **({"lp": other.stats["lp"]} if "lp" in other.stats else {}),
         },
     }
     changes: dict[str, Any] = {"stats": stats}
@@ -205,7 +214,9 @@ def _join(problem: StrategyProblem, result: Result, other: Result | str) -> Resu
     return dataclasses.replace(result, **changes)
 
 
-def _start_beside(problem: StrategyProblem, seconds: float | None, seed: int | None) -> _Beside | None:
+def _start_beside(
+    problem: StrategyProblem, seconds: float | None, seed: int | None, options: dict[str, Any]
+) -> _Beside | None:
     """The ``lagrange`` run beside an exact one, where it can help: a time limit of at least
     :data:`BESIDE_MIN_SECONDS`, a usage limit, toulbar2, a second core and forked processes."""
     if seconds is None or seconds < BESIDE_MIN_SECONDS or problem.usage_limit is None:
@@ -213,7 +224,7 @@ def _start_beside(problem: StrategyProblem, seconds: float | None, seed: int | N
     if (os.cpu_count() or 1) < 2 or not registry.available("lagrange"):
         return None
     try:
-        return _Beside(problem, seconds - 1.0, seed)  # it ends a little before the exact run
+        return _Beside(problem, seconds - 1.0, seed, options)  # it ends a little before the exact run
     except (ValueError, OSError):  # no fork on this platform, or no process to be had
         return None
 
@@ -289,22 +300,28 @@ def solve_named(
     time_limit: float | None = None,
     seed: int | None = None,
     ray: bool = False,
+    bound_share: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Result:
     """What ``stratopt solve --solver NAME`` runs: ``auto`` (:func:`solve_auto`, which says on
     ``progress`` which solver it picked) or a registered solver by name, with ``progress`` for the
-    solvers that report it and ``ray`` for lagrange's Ray executor. An unknown name, or ``ray``
-    for another solver, is a :class:`ModelError`."""
+    solvers that report it, ``ray`` for lagrange's Ray executor and ``bound_share`` for lagrange's
+    relaxation (alone or picked by auto). An unknown name, or ``ray`` or ``bound_share`` for
+    another solver, is a :class:`ModelError`."""
     if name != "auto" and name not in registry.names():
         raise ModelError(f"unknown solver {name!r}; choose from: auto, {', '.join(registry.names())}")
     if ray and name != "lagrange":
         raise ModelError(f"--ray applies to --solver lagrange, not {name!r}")
+    if bound_share is not None and name not in ("auto", "lagrange"):
+        raise ModelError(f"--bound-share applies to --solver lagrange or auto, not {name!r}")
     if name == "auto":
-        result = solve_auto(problem, time_limit=time_limit, seed=seed, progress=progress)
+        result = solve_auto(problem, time_limit=time_limit, seed=seed, progress=progress, bound_share=bound_share)
         if progress is not None:
             progress(f"solver: {result.solver} (picked by 'auto')")
         return result
     extra: dict[str, Any] = {"progress": progress} if name in ("greedy", "lagrange") and progress else {}
     if ray:
         extra["executor"] = "ray"
+    if bound_share is not None:
+        extra["bound_share"] = bound_share
     return solve(problem, name, time_limit=time_limit, seed=seed, **extra)

@@ -37,6 +37,12 @@ class Ascent:
         self.stalls = 0
         self.runs = 0
 
+    def start_from(self, prices: np.ndarray) -> None:
+        """Move the prices to ``prices`` (the relaxation's, which its usage rows' duals give) with
+        a fresh step factor: the next bound run evaluates the Lagrangian there."""
+        self.prices = np.asarray(prices, dtype=np.float64).copy()
+        self.theta, self.stalls = 1.0, 0
+
     def weights(self, prices: np.ndarray) -> np.ndarray:
         """The vertex weights those prices cover exactly (:meth:`PenaltyModel.weights_of`)."""
         return self.model.weights_of(prices, self.start, self.end)

@@ -17,6 +17,7 @@ from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Ascent, round_down
 from stratopt.solvers.lagrange.model import PenaltyModel
+from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns, lp_bound
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
 from stratopt.solvers.lagrange.schedule import Schedule, Weights
 from stratopt.solvers.lagrange.workers import ProcessPool, RayPool
@@ -64,6 +65,7 @@ class Lagrange:
         runs: int = 8,
         unit: float = 1.0,
         trws: float | None = TRWS_ACCURACY,
+        bound_share: float = BOUND_SHARE,
         progress: Callable[[str], None] | None = None,
         incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> Result:
@@ -73,7 +75,13 @@ class Lagrange:
         toulbar2 time per run (default: a quarter of the time limit, at most 20; 10 without one).
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
         the first runs spread around, from a hundredth to a hundred times it. ``trws``: each run's
-        TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone)."""
+        TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone). ``bound_share``:
+        the share of the time limit the linear relaxation may take in one worker, after the first
+        answer run (:data:`~stratopt.solvers.lagrange.relaxation.BOUND_SHARE`; 0: no relaxation);
+        it runs only where its size at :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE`
+        columns per second fits in that share, and its slot prices start the ascent."""
+        if not (isinstance(bound_share, (int, float)) and 0 <= bound_share <= 1):
+            raise ModelError(f"lagrange: bound_share must be a share of the time limit in [0, 1], got {bound_share!r}")
         if trws is not None and not (isinstance(trws, (int, float)) and 0 < trws < 1):
             raise ModelError(f"lagrange: trws must be an accuracy in (0, 1) or None, got {trws!r}")
         if executor not in ("process", "ray"):
@@ -98,6 +106,9 @@ class Lagrange:
         ascent = Ascent(model, engine)
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
+        lp_job = _relaxation_job(model, engine, bound_share, time_limit, stats)
+        if "lp" in stats:
+            clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}")
         how = "Ray tasks" if executor == "ray" else f"{workers or 1} worker(s)"
         clock.say(
             f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {how}, {seconds:.0f} s per run"
@@ -121,6 +132,10 @@ class Lagrange:
                 started += 1
                 budget = None if clock.deadline is None else clock.left()
                 search.take(w, attempt(model, engine, Run(w, run_s, seed_i, lam, trws), budget), lam)
+                if lp_job is not None:  # after the first answer, before the other runs
+                    _, start, end = problem.time_slots
+                    search.take_lp(lp_bound(model, start, end, lp_job.seconds))
+                    lp_job = None
                 if not engine.has_limit:
                     break
         else:
@@ -129,24 +144,38 @@ class Lagrange:
             try:
                 while True:
                     while pool.free() and more(started) and (engine.has_limit or started == 0):
+                        if lp_job is not None and started > 0:  # one worker, after the first run
+                            pool.submit(None, lp_job, None)
+                            lp_job = None
+                            continue
                         w, lam, run_s, seed_i = next_run()
                         started += 1
                         budget = None if clock.deadline is None else clock.left()
                         pool.submit((w, lam), Run(w, run_s, seed_i, lam, trws), budget)
                     if not pool.busy():
                         break
-                    (w, lam), outcome = pool.next_done()
+                    key, outcome = pool.next_done()
                     if isinstance(outcome, BaseException):  # a worker died (toulbar2 crashed, memory)
                         stats["worker_error"] = f"{type(outcome).__name__}: {outcome}"
                         clock.say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
                         break
-                    search.take(w, outcome, lam)
+                    if isinstance(outcome, LpBound):
+                        search.take_lp(outcome)
+                    else:
+                        search.take(key[0], outcome, key[1])
             finally:
                 pool.close()
         # 4. The best answer and the best Lagrangian bound.
         stats.update(
-            runs=len(search.history), history=search.history, lagrangian_bound=search.bound, bound_runs=ascent.runs
+            runs=len(search.history),
+            history=search.history,
+            lagrangian_bound=search.lagrangian,
+            bound_runs=ascent.runs,
         )
+        if search.lp is not None:
+            stats["lp"] = search.lp
+        if search.bound_from == "lp":
+            stats["bound_method"] = LP_METHOD
         lower = round_down(problem, search.bound)
         out_of_time = clock.deadline is not None and clock.left() <= 0
         if search.best is None:
@@ -155,6 +184,26 @@ class Lagrange:
         limit = Limit.TIME if out_of_time else Limit.HEURISTIC
         assignment = tuple(search.best.tolist())
         return Result(self.name, Status.FEASIBLE, assignment=assignment, bound=lower, limit=limit, stats=stats)
+
+
+def _relaxation_job(
+    model: PenaltyModel, engine: LocalEngine, share: float, time_limit: float | None, stats: dict[str, Any]
+) -> LpJob | None:
+    """The relaxation's job where it applies (a usage limit, a share, and a size that fits in the
+    share at :data:`LP_RATE`), else None with the reason in ``stats["lp"]``."""
+    if not engine.has_limit or share <= 0:
+        return None
+    _, start, end = engine.problem.time_slots
+    size = columns(model, start, end)
+    seconds = None if time_limit is None else share * time_limit
+    if seconds is not None and size > LP_RATE * seconds:
+        stats["lp"] = {
+            "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
+            f"more than its share ({seconds:.0f} s)",
+            "columns": size,
+        }
+        return None
+    return LpJob(seconds)
 
 
 class _Clock:
@@ -194,6 +243,9 @@ class _Search:
         # Every function at its least allowed entry (weights zero, penalised bound zero): the
         # floor every Lagrangian value from the runs must beat to be worth reporting.
         self.bound = model.dual_value(np.zeros(model.n), 0.0)
+        self.lagrangian = self.bound  # the best Lagrangian value alone
+        self.bound_from = "lagrange"  # which of the two gave self.bound
+        self.lp: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
 
     def proving(self) -> bool:
@@ -201,11 +253,32 @@ class _Search:
         took = [h["seconds"] for h in self.history if not h.get("bound_run")]
         return bool(took) and float(np.median(took)) < self.schedule.seconds / 2
 
+    def take_lp(self, outcome: LpBound) -> None:
+        """The linear relaxation ended: its bound where higher, and its slot prices for the ascent."""
+        self.lp = {
+            "status": outcome.status,
+            "bound": outcome.bound,
+            "seconds": round(outcome.seconds, 2),
+            "columns": outcome.columns,
+            "rows": outcome.rows,
+        }
+        if outcome.bound is not None and outcome.bound > self.bound:
+            self.bound, self.bound_from = outcome.bound, "lp"
+        if outcome.prices is not None:
+            self.schedule.ascent.start_from(outcome.prices)
+        shown = "no bound" if outcome.bound is None else f"bound {outcome.bound:.6g}"
+        self.say(
+            f"linear relaxation ({outcome.columns} columns, {outcome.rows} rows): {outcome.status}, {shown} "
+            f"in {outcome.seconds:.1f} s; best bound {self.bound:.6g}"
+        )
+
     def take(self, w: np.ndarray, outcome: Attempt, lam: np.ndarray | None = None) -> None:
         """A run with weights ``w`` (a bound run at prices ``lam``) ended with ``outcome``."""
         problem, model, engine = self.problem, self.model, self.engine
         a, took = outcome.raw, outcome.seconds
-        self.bound = max(self.bound, outcome.bound)
+        self.lagrangian = max(self.lagrangian, outcome.bound)
+        if outcome.bound > self.bound:
+            self.bound, self.bound_from = outcome.bound, "lagrange"
         if a is None:
             self.history.append({"seconds": round(took, 2), "found": False, "bound_run": lam is not None})
             if lam is not None:  # too short to find the answer the ascent steps from

@@ -10,7 +10,8 @@ from typing import Any
 
 from stratopt.errors import SolverUnavailableError
 from stratopt.solvers.lagrange.model import PenaltyModel
-from stratopt.solvers.lagrange.runs import Attempt, attempt
+from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, lp_bound
+from stratopt.solvers.lagrange.runs import Attempt, Run, attempt
 from stratopt.solvers.local_search import LocalEngine
 
 _MODEL: PenaltyModel | None = None  # a worker's model and engine, set once when it starts
@@ -39,18 +40,26 @@ def as_child() -> None:
         pass
 
 
-def _worker_run(*args: Any) -> Attempt:
-    """One run in a forked worker: :func:`attempt` on the model and engine it holds (``args`` as
-    :meth:`ProcessPool.submit` passes them on: the :class:`~stratopt.solvers.lagrange.runs.Run`
-    and its budget)."""
+def do(model: PenaltyModel, engine: LocalEngine, job: Run | LpJob, budget: float | None) -> Attempt | LpBound:
+    """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish)
+    or the linear relaxation (:func:`~stratopt.solvers.lagrange.relaxation.lp_bound`)."""
+    if isinstance(job, LpJob):
+        _, start, end = engine.problem.time_slots
+        return lp_bound(model, start, end, job.seconds)
+    return attempt(model, engine, job, budget)
+
+
+def _worker_run(*args: Any) -> Attempt | LpBound:
+    """One job in a forked worker, on the model and engine it holds (``args`` as
+    :meth:`ProcessPool.submit` passes them on: the job and its budget)."""
     assert _MODEL is not None and _ENGINE is not None
-    return attempt(_MODEL, _ENGINE, *args)
+    return do(_MODEL, _ENGINE, *args)
 
 
-def _ray_run(shared: tuple[PenaltyModel, LocalEngine], *args: Any) -> Attempt:
-    """One run as a Ray task: the model and engine come from the object store."""
+def _ray_run(shared: tuple[PenaltyModel, LocalEngine], *args: Any) -> Attempt | LpBound:
+    """One job as a Ray task: the model and engine come from the object store."""
     model, engine = shared
-    return attempt(model, engine, *args)
+    return do(model, engine, *args)
 
 
 class ProcessPool:
@@ -73,7 +82,7 @@ class ProcessPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.pool.submit(_worker_run, *args)] = key
 
-    def next_done(self) -> tuple[Any, Attempt | BaseException]:
+    def next_done(self) -> tuple[Any, Attempt | LpBound | BaseException]:
         done, _ = cf.wait(self.pending, return_when=cf.FIRST_COMPLETED)
         fut = next(iter(done))
         key = self.pending.pop(fut)
@@ -115,7 +124,7 @@ class RayPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.remote.remote(self.shared, *args)] = key
 
-    def next_done(self) -> tuple[Any, Attempt | BaseException]:
+    def next_done(self) -> tuple[Any, Attempt | LpBound | BaseException]:
         done, _ = self.ray.wait(list(self.pending), num_returns=1)
         key = self.pending.pop(done[0])
         try:

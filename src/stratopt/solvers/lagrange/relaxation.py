@@ -1,0 +1,295 @@
+"""The linear relaxation of the reduced model, solved by HiGHS's interior point method, as a lower
+bound and as slot prices for the Lagrangian ascent (:func:`lp_bound`).
+
+The model is the network toulbar2 gets (:class:`~stratopt.solvers.lagrange.model.Network`: the
+exact reductions that hold whatever the weights), with the usage limit put back as linear rows: a
+choice of the network implies a choice, hence a usage, of every vertex merged into it, so each
+slot's load above the least usages is linear in the network's one-hot variables. Edges are the
+local polytope (one pair variable per allowed entry, tied to both ends by marginal equalities). The
+slot rows are written as a running sum over the slots where a penalised vertex starts or ends
+(``u_k = u_{k-1} + what starts - what ends``, ``0 <= u_k <= room``), so that each vertex appears in
+two rows however long it lives: IOPDDL A's relaxation has 28k such rows and 2x112k of their entries.
+
+The bound never trusts the solver's objective value: from whatever row duals HiGHS returns (an
+interior point stopped early, without crossover, included) :func:`certified_bound` computes the
+Lagrangian value of those duals over the variables' boxes, which weak duality makes a lower bound
+on the relaxation, hence on every assignment that keeps the limit. The usage rows' duals are the
+slot prices the relaxation puts on the limit; the ascent of the Lagrangian bound starts from them
+(toulbar2's dual bound on the penalised network at those prices is at least the local polytope's
+where its message passing converges, and can be higher: it reasons over integer assignments).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from stratopt.solvers.lagrange.model import PenaltyModel, interval_sum
+
+__all__ = [
+    "BOUND_SHARE",
+    "LP_METHOD",
+    "LP_RATE",
+    "LpBound",
+    "LpJob",
+    "Relaxation",
+    "certified_bound",
+    "columns",
+    "lp_bound",
+]
+
+#: The share of the time limit the relaxation may take (in one worker, beside the runs in the
+#: others), and how many of its columns HiGHS's interior point clears per second on this project's
+#: 2-core machine, the other core busy (IOPDDL, build included: P 51k columns in 5.8 s, A 74k in
+#: 10.4 s, Q 82k in 14.2 s, C 114k in 18.9 s, D 121k in 21.5 s, V 795k in 163 s). The relaxation
+#: runs only where its columns at this rate fit in its share: A, C, D, P and Q at their contest
+#: limits, none of the instances whose network keeps millions of pair entries.
+BOUND_SHARE = 0.5
+LP_RATE = 5000.0
+
+#: How a bound from the relaxation was obtained (:attr:`~stratopt.solvers.base.Result.bound_method`).
+LP_METHOD = "lp: the linear relaxation of the reduced model (HiGHS interior point; the bound certified from its duals)"
+
+
+@dataclass(frozen=True)
+class LpJob:
+    """The relaxation as a worker's job, HiGHS stopped after ``seconds`` (None: no limit)."""
+
+    seconds: float | None
+
+
+def columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> int:
+    """The relaxation's column count (one per network choice, allowed pair entry and segment of
+    the running usage sum), without building it."""
+    net = model.network
+    assert net is not None
+    vs = net.pen_vertex
+    segments = max(0, len(np.unique(np.concatenate([start[vs], end[vs]]))) - 1) if vs.size else 0
+    return int(len(net.node) + np.isfinite(net.edge).sum() + segments)
+
+
+@dataclass
+class Relaxation:
+    """The relaxation as arrays (``matrix`` in CSC form over the columns x, then y, then u); costs
+    divided by ``cost_unit`` and usages by ``usage_unit`` so that HiGHS sees numbers near one;
+    ``offset`` (problem units) is what every assignment pays on top of ``cost_unit`` times the
+    objective. ``segment_slot[k]``: the slot of segment ``k`` with the least room, where its price goes."""
+
+    matrix: sp.csc_matrix
+    cost: np.ndarray
+    col_lower: np.ndarray
+    col_upper: np.ndarray
+    row_lower: np.ndarray
+    row_upper: np.ndarray
+    u_first: int
+    usage_rows: np.ndarray
+    segment_slot: np.ndarray
+    cost_unit: float
+    usage_unit: float
+    offset: float
+    infeasible: bool = False
+
+    @classmethod
+    def build(cls, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> Relaxation:
+        net = model.network
+        assert net is not None
+        scale = model.scale
+        node = net.node / scale
+        edge = net.edge / scale
+        finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)]])
+        cost_unit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        nx = len(node)
+        allowed = np.flatnonzero(np.isfinite(edge))
+        ny = len(allowed)
+        rows: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+        vals: list[np.ndarray] = []
+        # One choice per network vertex.
+        nv = len(net.k)
+        owner = np.repeat(np.arange(nv), net.k)
+        rows.append(owner)
+        cols.append(np.arange(nx))
+        vals.append(np.ones(nx))
+        r = nv
+        # Marginals: per edge, per choice a of its first end, the pair variables (a, .) less x[u, a];
+        # then per choice b of its second end.
+        ku = net.k[net.edges[:, 0]] if len(net.edges) else np.zeros(0, dtype=np.int64)
+        kv = net.k[net.edges[:, 1]] if len(net.edges) else np.zeros(0, dtype=np.int64)
+        first_rows = np.zeros(len(ku) + 1, dtype=np.int64)
+        np.cumsum(ku + kv, out=first_rows[1:])
+        first_rows += r
+        edge_of = np.repeat(np.arange(len(ku)), np.diff(net.edge_off))[allowed]
+        local = allowed - net.edge_off[edge_of]
+        a, b = local // kv[edge_of], local % kv[edge_of]
+        ycols = nx + np.arange(ny)
+        rows += [first_rows[edge_of] + a, first_rows[edge_of] + ku[edge_of] + b]
+        cols += [ycols, ycols]
+        vals += [np.ones(ny), np.ones(ny)]
+        for e in range(len(ku)):
+            u, v = net.edges[e]
+            base = first_rows[e]
+            rows += [base + np.arange(ku[e]), base + ku[e] + np.arange(kv[e])]
+            cols += [net.node_off[u] + np.arange(ku[e]), net.node_off[v] + np.arange(kv[e])]
+            vals += [-np.ones(ku[e]), -np.ones(kv[e])]
+        r = int(first_rows[-1])
+        n_equal = r
+        # Usage: a running sum over the segments between the slots where a paying vertex starts or ends.
+        pay = model.excess[net.pen_entry]
+        usage_unit = float(pay.max()) if pay.size and pay.max() > 0 else 1.0
+        vs = net.pen_vertex
+        events = np.unique(np.concatenate([start[vs], end[vs]])) if vs.size else np.zeros(0, dtype=np.int64)
+        nseg = max(0, len(events) - 1)
+        slots = len(model.room)
+        fixed_load = interval_sum(model.excess[net.fixed_entry], start[net.fixed_vertex], end[net.fixed_vertex], slots)
+        room = model.room - fixed_load
+        seg_room = np.zeros(nseg)
+        segment_slot = np.zeros(nseg, dtype=np.int64)
+        if nseg:
+            lo, hi = events[:-1], events[1:]
+            for k in range(nseg):  # segments are few; each takes its least room
+                window = room[lo[k] : hi[k]]
+                j = int(np.argmin(window))
+                seg_room[k], segment_slot[k] = window[j], lo[k] + j
+            at_start = np.searchsorted(events, start[vs])
+            at_end = np.searchsorted(events, end[vs])
+            keep_end = at_end < nseg  # the last event only ends intervals: no row after it
+            rows += [r + at_start, r + at_end[keep_end]]
+            cols += [net.pen_row, net.pen_row[keep_end]]
+            vals += [-pay / usage_unit, pay[keep_end] / usage_unit]
+            u_cols = nx + ny + np.arange(nseg)
+            rows += [r + np.arange(nseg), r + 1 + np.arange(nseg - 1)]
+            cols += [u_cols, u_cols[:-1]]
+            vals += [np.ones(nseg), -np.ones(nseg - 1)]
+        usage_rows = r + np.arange(nseg)
+        n_rows = r + nseg
+        ncol = nx + ny + nseg
+        matrix = sp.csc_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, ncol)
+        )
+        cost = np.concatenate([np.where(np.isfinite(node), node, 0.0), edge[allowed], np.zeros(nseg)]) / cost_unit
+        col_upper = np.concatenate([np.where(np.isfinite(node), 1.0, 0.0), np.ones(ny), seg_room / usage_unit])
+        row_bounds = np.concatenate([np.ones(nv), np.zeros(n_equal - nv), np.zeros(nseg)])
+        return cls(
+            matrix=matrix,
+            cost=cost,
+            col_lower=np.zeros(ncol),
+            col_upper=col_upper,
+            row_lower=row_bounds,
+            row_upper=row_bounds,
+            u_first=nx + ny,
+            usage_rows=usage_rows,
+            segment_slot=segment_slot,
+            cost_unit=cost_unit,
+            usage_unit=usage_unit,
+            offset=net.shift / scale,
+            infeasible=bool(nseg and seg_room.min() < 0),
+        )
+
+    def value(self, duals: np.ndarray) -> float:
+        """The proven lower bound (problem units) that row duals give (:func:`certified_bound`)."""
+        raw = certified_bound(
+            self.matrix, self.cost, self.row_lower, self.row_upper, self.col_lower, self.col_upper, duals
+        )
+        return raw * self.cost_unit + self.offset
+
+    def slot_prices(self, duals: np.ndarray, slots: int) -> np.ndarray:
+        """The slot prices (problem cost per unit of usage) the duals put on the limit: each
+        segment's price, the negated reduced cost of its running sum ``u`` where that presses on
+        its room, at the segment's tightest slot."""
+        reduced = self.cost - self.matrix.T @ duals
+        seg = np.maximum(0.0, -reduced[self.u_first :]) * self.cost_unit / self.usage_unit
+        prices = np.zeros(slots)
+        np.maximum.at(prices, self.segment_slot, seg)
+        return prices
+
+
+def certified_bound(
+    matrix: sp.spmatrix,
+    cost: np.ndarray,
+    row_lower: np.ndarray,
+    row_upper: np.ndarray,
+    col_lower: np.ndarray,
+    col_upper: np.ndarray,
+    duals: np.ndarray,
+) -> float:
+    """A lower bound on ``min cost @ z`` over ``row_lower <= matrix @ z <= row_upper`` and
+    ``col_lower <= z <= col_upper`` (finite boxes) from any row duals: each dual is first given
+    the sign its row's finite sides allow, then the bound is the row terms (a positive dual times
+    the row's lower side, a negative one times its upper side) plus, per variable, the least of
+    its reduced cost times either end of its box. Weak duality, whatever the duals."""
+    y = np.where(np.isfinite(row_lower), duals, np.minimum(duals, 0.0))
+    y = np.where(np.isfinite(row_upper), y, np.maximum(y, 0.0))
+    reduced = cost - matrix.T @ y
+    row_terms = np.where(y > 0, y * np.where(np.isfinite(row_lower), row_lower, 0.0), 0.0) + np.where(
+        y < 0, y * np.where(np.isfinite(row_upper), row_upper, 0.0), 0.0
+    )
+    col_terms = np.minimum(reduced * col_lower, reduced * col_upper)
+    total = math.fsum(row_terms.tolist()) + math.fsum(col_terms.tolist())
+    # The sums above are exact to a few units in the last place of their largest terms.
+    slack = 1e-12 * (float(np.abs(row_terms).sum()) + float(np.abs(col_terms).sum()))
+    return total - slack
+
+
+@dataclass
+class LpBound:
+    """What the relaxation gave: the proven bound (None: HiGHS gave no duals, or the relaxation is
+    infeasible: then ``infeasible``), the slot prices of its usage rows, HiGHS's status, its own
+    objective value (problem units, unproven: the certified bound is what counts) and the time."""
+
+    bound: float | None
+    prices: np.ndarray | None
+    status: str
+    seconds: float
+    columns: int
+    rows: int
+    infeasible: bool = False
+    objective: float | None = None
+
+
+def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit: float | None = None) -> LpBound:
+    """The relaxation of the reduced model solved by HiGHS's interior point method (no crossover:
+    the bound comes from its duals, :func:`certified_bound`), within ``time_limit`` seconds."""
+    import highspy
+
+    t0 = time.perf_counter()
+    relax = Relaxation.build(model, start, end)
+    m = relax.matrix
+    if relax.infeasible:
+        return LpBound(None, None, "infeasible", time.perf_counter() - t0, m.shape[1], m.shape[0], True)
+    if m.shape[1] == 0:  # the reductions decided every vertex: what they fixed is all there is
+        return LpBound(relax.offset, np.zeros(len(model.room)), "empty", time.perf_counter() - t0, 0, m.shape[0])
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("solver", "ipm")
+    h.setOptionValue("run_crossover", "off")
+    h.setOptionValue("threads", 1)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", max(1.0, float(time_limit - (time.perf_counter() - t0))))
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = m.shape[1], m.shape[0]
+    lp.col_cost_ = relax.cost
+    lp.col_lower_ = relax.col_lower
+    lp.col_upper_ = relax.col_upper
+    lp.row_lower_ = relax.row_lower
+    lp.row_upper_ = relax.row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = m.indptr
+    lp.a_matrix_.index_ = m.indices
+    lp.a_matrix_.value_ = m.data
+    h.passModel(lp)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    solution = h.getSolution()
+    took = time.perf_counter() - t0
+    if not solution.dual_valid:
+        infeasible = h.getModelStatus() == highspy.HighsModelStatus.kInfeasible
+        return LpBound(None, None, status, took, m.shape[1], m.shape[0], infeasible)
+    duals = np.asarray(solution.row_dual, dtype=np.float64)
+    bound = relax.value(duals)
+    prices = relax.slot_prices(duals, len(model.room))
+    objective = float(h.getInfo().objective_function_value) * relax.cost_unit + relax.offset
+    return LpBound(bound, prices, status, time.perf_counter() - t0, m.shape[1], m.shape[0], objective=objective)
