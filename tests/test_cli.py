@@ -103,6 +103,8 @@ def _variant(path, value):
         (json.dumps(GOOD), ["evaluate", "-a", "[0, 4]"], "assignment[1] = 4 is out of range"),
         (json.dumps(GOOD), ["solve", "--solver", "nope"], "unknown solver 'nope'"),
         (json.dumps(GOOD), ["solve", "--time-limit", "-1"], "expected a positive number of seconds"),
+        (json.dumps(GOOD), ["solve", "--bound-share", "1.5"], "expected a share from 0 to 1, got '1.5'"),
+        (json.dumps(GOOD), ["solve", "--solver", "dp", "--bound-share", "0.2"], "--bound-share applies to"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, text, args, fragment):

@@ -384,6 +384,22 @@ def test_a_failed_worker_ends_the_search_with_what_there_is(monkeypatch):
     assert "toulbar2 went away" in r.stats["worker_error"]
 
 
+def _overrunning_run(*args):
+    import time
+
+    time.sleep(60)  # a toulbar2 run that ignores its time limit
+
+
+def test_a_run_past_the_deadline_is_stopped(monkeypatch):
+    """Runs still going at the time limit are killed, not waited for: the search answers with what
+    it holds (here nothing) and says so in stats."""
+    from stratopt.solvers import lagrange
+
+    monkeypatch.setattr(lagrange.workers, "_worker_run", _overrunning_run)
+    r = solve(_tight_problem(), "lagrange", workers=2, time_limit=3)
+    assert r.status is Status.NO_SOLUTION and "stopped" in r.stats["stopped_at_deadline"]
+
+
 def test_without_a_limit_one_run_takes_the_time():
     """Without a usage limit the penalties vanish: one toulbar2 run, whose answer is optimal on
     a small problem (the same cost as brute force)."""

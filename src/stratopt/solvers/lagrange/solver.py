@@ -72,7 +72,7 @@ class Lagrange:
         """``workers``: processes (None: one per core; 0: toulbar2 in this process). ``executor``:
         ``"process"`` (forked worker processes) or ``"ray"`` (Ray tasks on the cluster
         ``ray.init()`` connects to; ``workers`` None: one per CPU of the cluster). ``seconds``:
-        toulbar2 time per run (default: a quarter of the time limit, at most 20; 10 without one).
+        toulbar2 time per run (default: :func:`run_seconds`, by the network's size).
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
         the first runs spread around, from a hundredth to a hundred times it. ``trws``: each run's
         TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone). ``bound_share``:
@@ -98,7 +98,7 @@ class Lagrange:
             stats["proof"] = "every vertex at its least usage still exceeds the limit"
             return Result(self.name, Status.INFEASIBLE, stats=stats)
         if seconds is None:
-            seconds = 10.0 if time_limit is None else max(1.0, min(20.0, time_limit / 4))
+            seconds = run_seconds(model, time_limit)
         if workers is None and executor == "process":
             workers = os.cpu_count() or 1
         # 2. The weight schedule (narrowing, exploiting, bound runs) and the search's state.
@@ -154,7 +154,13 @@ class Lagrange:
                         pool.submit((w, lam), Run(w, run_s, seed_i, lam, trws), budget)
                     if not pool.busy():
                         break
-                    key, outcome = pool.next_done()
+                    wait = None if clock.deadline is None else max(0.0, clock.left()) + OVERRUN_GRACE
+                    got = pool.next_done(wait)
+                    if got is None:  # runs still going past the deadline (toulbar2 overran its limit)
+                        stats["stopped_at_deadline"] = "a run still going past the time limit was stopped"
+                        clock.say("a run is still going past the time limit: stopping it, with the best so far")
+                        break
+                    key, outcome = got
                     if isinstance(outcome, BaseException):  # a worker died (toulbar2 crashed, memory)
                         stats["worker_error"] = f"{type(outcome).__name__}: {outcome}"
                         clock.say(f"a worker failed ({stats['worker_error']}); stopping with the best so far")
@@ -184,6 +190,32 @@ class Lagrange:
         limit = Limit.TIME if out_of_time else Limit.HEURISTIC
         assignment = tuple(search.best.tolist())
         return Result(self.name, Status.FEASIBLE, assignment=assignment, bound=lower, limit=limit, stats=stats)
+
+
+#: How long past the deadline the search waits for runs still going before it stops them (each
+#: run's toulbar2 limit, repair and polish end before the deadline; this catches a run that overruns).
+OVERRUN_GRACE = 0.5
+
+#: toulbar2's seconds per run grow with the penalised network's pair entries (TRW-S passes and
+#: the search's propagation are linear in them): this many seconds per million entries, between
+#: RUN_SECONDS_MIN and RUN_SECONDS_MAX and at most a quarter of the time limit. Measured on
+#: IOPDDL (2 cores, whole searches): K (1.6M entries) ended at 0.993x the best submitted cost with
+#: 10 s runs and 1.073x with 20 s runs (35 runs against 19 in the limit: its weights need many
+#: steps of narrowing); S (2.9M) at 1.013x with 10 s runs and 0.999-1.010x with 20 s runs.
+RUN_SECONDS_PER_MILLION = 7.0
+RUN_SECONDS_MIN = 5.0
+RUN_SECONDS_MAX = 20.0
+
+
+def run_seconds(model: PenaltyModel, time_limit: float | None) -> float:
+    """toulbar2's seconds per run by default: :data:`RUN_SECONDS_PER_MILLION` per million pair
+    entries of the penalised network, within [:data:`RUN_SECONDS_MIN`, :data:`RUN_SECONDS_MAX`],
+    at most a quarter of ``time_limit`` (and at least one); 10 without a time limit."""
+    if time_limit is None:
+        return 10.0
+    entries = 0 if model.network is None else len(model.network.edge)
+    own = min(RUN_SECONDS_MAX, max(RUN_SECONDS_MIN, RUN_SECONDS_PER_MILLION * entries / 1e6))
+    return max(1.0, min(own, time_limit / 4))
 
 
 def _relaxation_job(

@@ -82,8 +82,11 @@ class ProcessPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.pool.submit(_worker_run, *args)] = key
 
-    def next_done(self) -> tuple[Any, Attempt | LpBound | BaseException]:
-        done, _ = cf.wait(self.pending, return_when=cf.FIRST_COMPLETED)
+    def next_done(self, timeout: float | None = None) -> tuple[Any, Attempt | LpBound | BaseException] | None:
+        """The next job to end and its outcome (or its error); None when none ends in ``timeout`` seconds."""
+        done, _ = cf.wait(self.pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        if not done:
+            return None
         fut = next(iter(done))
         key = self.pending.pop(fut)
         try:
@@ -92,8 +95,12 @@ class ProcessPool:
             return key, exc
 
     def close(self) -> None:
+        """Shut the workers down; jobs still running (past the search's deadline) are killed with them."""
         for fut in self.pending:
             fut.cancel()
+        if any(fut.running() for fut in self.pending):
+            for proc in list(getattr(self.pool, "_processes", {}).values()):
+                proc.kill()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -124,8 +131,11 @@ class RayPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.remote.remote(self.shared, *args)] = key
 
-    def next_done(self) -> tuple[Any, Attempt | LpBound | BaseException]:
-        done, _ = self.ray.wait(list(self.pending), num_returns=1)
+    def next_done(self, timeout: float | None = None) -> tuple[Any, Attempt | LpBound | BaseException] | None:
+        """The next task to end and its outcome (or its error); None when none ends in ``timeout`` seconds."""
+        done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout)
+        if not done:
+            return None
         key = self.pending.pop(done[0])
         try:
             return key, self.ray.get(done[0])
