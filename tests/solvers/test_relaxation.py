@@ -126,3 +126,21 @@ def test_a_relaxation_too_large_for_its_share_is_skipped_with_the_reason(monkeyp
     r = solve(load_problem("example"), "lagrange", workers=2, time_limit=4)
     assert "more than its share" in r.stats["lp"]["skipped"]
     assert r.status is Status.FEASIBLE
+
+
+def test_v_bounds_stay_below_its_proven_optimum():
+    """IOPDDL V, whose optimum (1617084) an exact run proved: lagrange's bound after a short search
+    (its relaxation skipped for size, the ascent's runs alone) stays below it."""
+    problem = load_problem("../shared/iopddl/asplos-2025-iopddl-V.json.gz")
+    r = solve(problem, "lagrange", workers=0, time_limit=25)
+    assert "more than its share" in r.stats["lp"]["skipped"]
+    assert r.bound is not None and 0 < r.bound <= 1617084
+    assert r.objective is None or r.objective >= 1617084
+
+
+def test_mip_highs_still_runs_after_the_relaxation_in_the_same_process():
+    """The relaxation's HiGHS run leaves no process-wide scheduler behind that would stop a later
+    HiGHS run (PuLP's, for mip-highs) with other thread options."""
+    p = load_problem("example")
+    assert "bound" in solve(p, "lagrange", workers=0, runs=2).stats["lp"]
+    assert solve(p, "mip-highs").status is Status.OPTIMAL

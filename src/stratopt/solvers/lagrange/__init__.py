@@ -27,6 +27,10 @@ the least room below the limit; one run in :data:`BOUND_EVERY` instead takes its
 slot prices that a projected subgradient ascent (Polyak steps towards the best cost) moves, whose
 value is the Lagrangian dual at those prices (IOPDDL A: within 1% of the best cost known; S,
 where toulbar2 proves nothing in 20 s and these runs are short: about 22% below the best answer).
+Where its size fits a share of the time (``bound_share``), one worker also solves the linear
+relaxation of the reduced model with HiGHS's interior point method; weak duality turns its row
+duals, whatever their accuracy, into a proven bound, and its usage rows' duals into the slot prices
+the ascent starts from (IOPDDL C: 0.1% below the best answer, against 3% from the ascent alone).
 
 References
 ----------
@@ -36,8 +40,9 @@ per-vertex usage penalties, several penalty scales in parallel, per-vertex narro
 The method in modules, each step in its own: :mod:`.model` (the penalty model and the reduced
 network), :mod:`.toulbar` (one network through toulbar2), :mod:`.runs` (one penalised run),
 :mod:`.repair` (repair and polish), :mod:`.schedule` (which weights each run gets), :mod:`.bound`
-(the slot-price ascent and the dual bound), :mod:`.workers` (processes or Ray tasks) and
-:mod:`.solver` (:class:`Lagrange`, the outline).
+(the slot-price ascent and the dual bound), :mod:`.relaxation` (the linear relaxation of the
+reduced model, whose certified bound and slot prices start the ascent), :mod:`.workers`
+(processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
 """
 
 from stratopt.solvers.lagrange.bound import Ascent

@@ -266,7 +266,6 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
     h.setOptionValue("output_flag", False)
     h.setOptionValue("solver", "ipm")
     h.setOptionValue("run_crossover", "off")
-    h.setOptionValue("threads", 1)
     if time_limit is not None:
         h.setOptionValue("time_limit", max(1.0, float(time_limit - (time.perf_counter() - t0))))
     lp = highspy.HighsLp()
@@ -281,9 +280,15 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
     lp.a_matrix_.index_ = m.indices
     lp.a_matrix_.value_ = m.data
     h.passModel(lp)
-    h.run()
-    status = h.modelStatusToString(h.getModelStatus())
-    solution = h.getSolution()
+    try:
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        solution = h.getSolution()
+        info = h.getInfo()
+    finally:
+        # HiGHS's thread scheduler is process-wide: left running, a later HiGHS run in this
+        # process with other thread options (PuLP's, for mip-highs) fails before it starts.
+        highspy.Highs.resetGlobalScheduler(True)
     took = time.perf_counter() - t0
     if not solution.dual_valid:
         infeasible = h.getModelStatus() == highspy.HighsModelStatus.kInfeasible
@@ -291,5 +296,5 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
     duals = np.asarray(solution.row_dual, dtype=np.float64)
     bound = relax.value(duals)
     prices = relax.slot_prices(duals, len(model.room))
-    objective = float(h.getInfo().objective_function_value) * relax.cost_unit + relax.offset
+    objective = float(info.objective_function_value) * relax.cost_unit + relax.offset
     return LpBound(bound, prices, status, time.perf_counter() - t0, m.shape[1], m.shape[0], objective=objective)
