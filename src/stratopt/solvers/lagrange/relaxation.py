@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from stratopt.solvers.lagrange.model import PenaltyModel, interval_sum
+from stratopt.solvers.lagrange.model import Network, PenaltyModel, interval_sum, range_argmin
 
 __all__ = [
     "BOUND_SHARE",
@@ -67,9 +67,14 @@ def columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> int:
     the running usage sum), without building it."""
     net = model.network
     assert net is not None
-    vs = net.pen_vertex
-    segments = max(0, len(np.unique(np.concatenate([start[vs], end[vs]]))) - 1) if vs.size else 0
+    segments = max(0, len(_events(net, start, end)) - 1)
     return int(len(net.node) + np.isfinite(net.edge).sum() + segments)
+
+
+def _events(net: Network, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The slots where a vertex that pays a penalty starts or ends, in order."""
+    vs = net.pen_vertex
+    return np.unique(np.concatenate([start[vs], end[vs]])) if vs.size else np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -86,7 +91,6 @@ class Relaxation:
     row_lower: np.ndarray
     row_upper: np.ndarray
     u_first: int
-    usage_rows: np.ndarray
     segment_slot: np.ndarray
     cost_unit: float
     usage_unit: float
@@ -141,19 +145,14 @@ class Relaxation:
         pay = model.excess[net.pen_entry]
         usage_unit = float(pay.max()) if pay.size and pay.max() > 0 else 1.0
         vs = net.pen_vertex
-        events = np.unique(np.concatenate([start[vs], end[vs]])) if vs.size else np.zeros(0, dtype=np.int64)
+        events = _events(net, start, end)
         nseg = max(0, len(events) - 1)
         slots = len(model.room)
         fixed_load = interval_sum(model.excess[net.fixed_entry], start[net.fixed_vertex], end[net.fixed_vertex], slots)
         room = model.room - fixed_load
-        seg_room = np.zeros(nseg)
-        segment_slot = np.zeros(nseg, dtype=np.int64)
+        segment_slot = range_argmin(room, events[:-1], events[1:]) if nseg else np.zeros(0, dtype=np.int64)
+        seg_room = room[segment_slot]  # each segment's least room, at its tightest slot
         if nseg:
-            lo, hi = events[:-1], events[1:]
-            for k in range(nseg):  # segments are few; each takes its least room
-                window = room[lo[k] : hi[k]]
-                j = int(np.argmin(window))
-                seg_room[k], segment_slot[k] = window[j], lo[k] + j
             at_start = np.searchsorted(events, start[vs])
             at_end = np.searchsorted(events, end[vs])
             keep_end = at_end < nseg  # the last event only ends intervals: no row after it
@@ -164,7 +163,6 @@ class Relaxation:
             rows += [r + np.arange(nseg), r + 1 + np.arange(nseg - 1)]
             cols += [u_cols, u_cols[:-1]]
             vals += [np.ones(nseg), -np.ones(nseg - 1)]
-        usage_rows = r + np.arange(nseg)
         n_rows = r + nseg
         ncol = nx + ny + nseg
         matrix = sp.csc_matrix(
@@ -181,7 +179,6 @@ class Relaxation:
             row_lower=row_bounds,
             row_upper=row_bounds,
             u_first=nx + ny,
-            usage_rows=usage_rows,
             segment_slot=segment_slot,
             cost_unit=cost_unit,
             usage_unit=usage_unit,
