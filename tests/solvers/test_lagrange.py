@@ -350,9 +350,9 @@ def test_every_run_gets_the_trws_accuracy_asked_for(monkeypatch, trws):
     real = lagrange.runs.run_penalised
     seen: list[float | None] = []
 
-    def recording(model, weights, seconds, seed, prices=None, trws=None):
+    def recording(model, weights, seconds, seed, prices=None, trws=None, first=False):
         seen.append(trws)
-        return real(model, weights, seconds, seed, prices, trws)
+        return real(model, weights, seconds, seed, prices, trws, first)
 
     monkeypatch.setattr(lagrange.runs, "run_penalised", recording)
     p = _tight_problem()
@@ -418,8 +418,8 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     real = lagrange.runs.run_penalised
     calls: list[tuple[int, bool]] = []
 
-    def slow(model, weights, seconds, seed, prices=None, trws=None):
-        a, bound, _ = real(model, weights, seconds, seed, prices, trws)
+    def slow(model, weights, seconds, seed, prices=None, trws=None, first=False):
+        a, bound, _ = real(model, weights, seconds, seed, prices, trws, first)
         calls.append((seconds, prices is not None))
         first_bound_run = prices is not None and sum(b for _, b in calls) == 1
         return (None if first_bound_run else a), bound, float(seconds)  # as if it used its time
@@ -440,3 +440,54 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     assert len(learned) == sum(1 for _, b in calls if not b) == 8
     assert r.stats["bound_runs"] == 1  # the one that found nothing had no answer to step from
     assert r.bound <= solve(p, "brute").objective == r.objective
+
+
+def test_run_length_follows_the_network_and_the_first_run():
+    """toulbar2's seconds per run: by the penalised network's pair entries within their bounds, at
+    most a quarter of the limit; the first run's time to its first backtrack shortens it to
+    FIRST_RUN_FACTOR times that, never under the minimum nor over the size rule."""
+    from types import SimpleNamespace
+
+    from stratopt.solvers.lagrange import solver as lagrange_solver
+
+    def model(entries):
+        return SimpleNamespace(network=SimpleNamespace(edge=np.zeros(entries)))
+
+    low, high = lagrange_solver.RUN_SECONDS_MIN, lagrange_solver.RUN_SECONDS_MAX
+    assert lagrange_solver.run_seconds(model(3_300_000), 180.0) == high
+    assert lagrange_solver.run_seconds(model(100_000), 600.0) == low
+    assert lagrange_solver.run_seconds(model(3_300_000), 8.0) == 2.0
+    assert lagrange_solver.run_seconds(model(3_300_000), None) == 10.0
+    factor = lagrange_solver.FIRST_RUN_FACTOR
+    assert lagrange_solver.timed_seconds(2.8, high) == pytest.approx(factor * 2.8)
+    assert lagrange_solver.timed_seconds(high, high) == high  # never longer than by size
+    assert lagrange_solver.timed_seconds(0.1, high) == low  # never under the minimum
+    assert lagrange_solver.timed_seconds(0.1, 2.0) == 2.0  # nor over a short limit's quarter
+
+
+def test_the_first_run_stops_at_its_first_backtrack_and_times_the_others(monkeypatch):
+    """With a time limit and no ``seconds``, the first run asks toulbar2 to stop at its first
+    backtrack, only that one, and the later runs get the length its time gives; toulbar2's
+    backtrack limit is left as it was found."""
+    import pytoulbar2
+
+    from stratopt.solvers.lagrange import runs as lagrange_runs
+    from stratopt.solvers.lagrange import solver as lagrange_solver
+
+    before = pytoulbar2.CFN().Option.backtrackLimit
+    asked = []
+    real = lagrange_runs.run_penalised
+
+    def spy(model, weights, seconds, seed, prices=None, trws=None, first=False):
+        asked.append((seconds, first))
+        return real(model, weights, seconds, seed, prices, trws, first)
+
+    monkeypatch.setattr(lagrange_runs, "run_penalised", spy)
+    monkeypatch.setattr(lagrange_solver, "timed_seconds", lambda first_run, by_size: 3.0)
+    problem = load_problem("example")
+    r = Lagrange().solve(problem, time_limit=4.0, workers=0)
+    assert r.status is Status.FEASIBLE and evaluate(problem, r.assignment).feasible
+    assert asked[0][1] and not any(first for _, first in asked[1:])
+    assert len(asked) > 1 and all(seconds <= 3 for seconds, _ in asked[1:])
+    assert "first_run_seconds" in r.stats and r.stats["seconds_per_run"] == 3.0  # by size: 1 s
+    assert pytoulbar2.CFN().Option.backtrackLimit == before

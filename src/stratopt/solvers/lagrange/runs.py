@@ -43,13 +43,15 @@ class Attempt:
 @dataclass(frozen=True)
 class Run:
     """One penalised run to make: the vertex weights, toulbar2's whole seconds and seed, the slot
-    prices of a bound run (None for an answer run) and the TRW-S accuracy (None: search alone)."""
+    prices of a bound run (None for an answer run), the TRW-S accuracy (None: search alone), and
+    whether toulbar2 stops at its search's first backtrack (``first``: the run that times it)."""
 
     weights: np.ndarray
     seconds: int
     seed: int
     prices: np.ndarray | None = None
     trws: float | None = None
+    first: bool = False
 
 
 def attempt(model: PenaltyModel, engine: LocalEngine, run: Run, budget: float | None = None) -> Attempt:
@@ -58,7 +60,7 @@ def attempt(model: PenaltyModel, engine: LocalEngine, run: Run, budget: float | 
     the start of this call, after which the repairs and polish stop (a duration, not a clock
     time, so that it holds on another machine of a Ray cluster)."""
     deadline = None if budget is None else time.monotonic() + budget
-    a, bound, took = run_penalised(model, run.weights, run.seconds, run.seed, run.prices, run.trws)
+    a, bound, took = run_penalised(model, run.weights, run.seconds, run.seed, run.prices, run.trws, run.first)
     if a is None:
         return Attempt(None, bound, took, [])
 
@@ -79,17 +81,19 @@ def run_penalised(
     seed: int,
     prices: np.ndarray | None = None,
     trws: float | None = None,
+    first: bool = False,
 ) -> tuple[np.ndarray | None, float, float]:
     """toulbar2 on the penalised problem for at most ``seconds`` of CPU time (whole seconds, at
     least one): (assignment or None, a proven lower bound under the limit, seconds taken).
     ``prices``: slot prices that cover ``weights``, for the bound (see :meth:`PenaltyModel.dual_value`).
-    ``trws``: the accuracy of TRW-S message passing before the search (:data:`TRWS_ACCURACY`), or None."""
+    ``trws``: the accuracy of TRW-S message passing before the search (:data:`TRWS_ACCURACY`), or None.
+    ``first``: toulbar2 stops at its search's first backtrack."""
     started = time.perf_counter()
     net = model.network
     assert net is not None
     if len(net.k):
         penalised = dataclasses.replace(net, node=net.penalised(model, weights))
-        values, dual, functions = toulbar2(penalised, seconds, seed, trws=trws)
+        values, dual, functions = toulbar2(penalised, seconds, seed, trws=trws, first=first)
     else:  # the reductions decided every vertex
         values, dual, functions = np.zeros(0, dtype=np.int64), 0.0, 0
     # The network's bound plus what the reductions took out bounds the model's shifted penalised

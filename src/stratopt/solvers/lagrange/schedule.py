@@ -131,6 +131,11 @@ class Schedule:
         own = self.seconds if lam is None or proving else self.short
         return max(1, int(min(own if self.has_limit or not timed else math.inf, left - 1.0)))
 
+    def time_runs(self, seconds: float) -> None:
+        """Every later run gets ``seconds`` (a bound run a third of them, as at the start)."""
+        self.seconds = seconds
+        self.short = max(2.0, seconds / BOUND_FRACTION)
+
     def found_nothing(self) -> None:
         """A bound run too short to find the answer the ascent steps from: the next ones get twice as long."""
         self.short = min(self.seconds, 2 * self.short)

@@ -72,7 +72,9 @@ class Lagrange:
         """``workers``: processes (None: one per core; 0: toulbar2 in this process). ``executor``:
         ``"process"`` (forked worker processes) or ``"ray"`` (Ray tasks on the cluster
         ``ray.init()`` connects to; ``workers`` None: one per CPU of the cluster). ``seconds``:
-        toulbar2 time per run (default: :func:`run_seconds`, by the network's size).
+        toulbar2 time per run (default: :func:`run_seconds`, by the network's size, and
+        with a time limit shortened by how long the first run takes to its first backtrack:
+        :func:`timed_seconds`).
         ``runs``: how many runs without a time limit. ``unit``: the weight (cost per unit of usage)
         the first runs spread around, from a hundredth to a hundred times it. ``trws``: each run's
         TRW-S accuracy (:data:`TRWS_ACCURACY`; None: toulbar2's search alone). ``bound_share``:
@@ -97,6 +99,8 @@ class Lagrange:
         if engine.has_limit and len(model.room) and model.room.min() < 0:
             stats["proof"] = "every vertex at its least usage still exceeds the limit"
             return Result(self.name, Status.INFEASIBLE, stats=stats)
+        # The first run times toulbar2 where the caller leaves the run length to the search.
+        timing = seconds is None and time_limit is not None and engine.has_limit
         if seconds is None:
             seconds = run_seconds(model, time_limit)
         if workers is None and executor == "process":
@@ -118,20 +122,32 @@ class Lagrange:
         def more(started: int) -> bool:
             return started < runs if clock.deadline is None else clock.left() > 2.0
 
-        def next_run() -> tuple[np.ndarray, np.ndarray | None, int, int]:
+        def next_run() -> tuple[np.ndarray, np.ndarray | None, Run]:
             w, lam = schedule.next(search.best_weights)
             toulbar_seconds = schedule.run_seconds(lam, search.proving(), clock.left(), clock.deadline is not None)
-            return w, lam, toulbar_seconds, int(rng.integers(1, 2**31))
+            first = timing and started == 0  # the run that times toulbar2
+            return w, lam, Run(w, toulbar_seconds, int(rng.integers(1, 2**31)), lam, trws, first)
+
+        def took(w: np.ndarray, outcome: Attempt, lam: np.ndarray | None, first: bool) -> None:
+            if first and outcome.raw is not None:
+                schedule.time_runs(timed_seconds(outcome.seconds, seconds))
+                stats["first_run_seconds"] = round(outcome.seconds, 2)
+                clock.say(
+                    f"first run to its first backtrack in {outcome.seconds:.1f} s: {schedule.seconds:.1f} s per run"
+                )
+            search.take(w, outcome, lam)
+            if first:  # its time is not a full run's: proving() leaves it out
+                search.history[-1]["first_run"] = True
 
         # 3. Runs: each penalised problem solved by toulbar2, its answer repaired and polished, in
         #    this process or in workers; every outcome teaches the schedule and may raise the bound.
         started = 0
         if workers == 0:
             while more(started):
-                w, lam, run_s, seed_i = next_run()
+                w, lam, run = next_run()
                 started += 1
                 budget = None if clock.deadline is None else clock.left()
-                search.take(w, attempt(model, engine, Run(w, run_s, seed_i, lam, trws), budget), lam)
+                took(w, attempt(model, engine, run, budget), lam, run.first)
                 if lp_job is not None:  # after the first answer, before the other runs
                     _, start, end = problem.time_slots
                     search.take_lp(lp_bound(model, start, end, lp_job.seconds))
@@ -148,10 +164,10 @@ class Lagrange:
                             pool.submit(None, lp_job, None)
                             lp_job = None
                             continue
-                        w, lam, run_s, seed_i = next_run()
+                        w, lam, run = next_run()
                         started += 1
                         budget = None if clock.deadline is None else clock.left()
-                        pool.submit((w, lam), Run(w, run_s, seed_i, lam, trws), budget)
+                        pool.submit((w, lam, run.first), run, budget)
                     if not pool.busy():
                         break
                     wait = None if clock.deadline is None else max(0.0, clock.left()) + OVERRUN_GRACE
@@ -168,7 +184,7 @@ class Lagrange:
                     if isinstance(outcome, LpBound):
                         search.take_lp(outcome)
                     else:
-                        search.take(key[0], outcome, key[1])
+                        took(key[0], outcome, key[1], key[2])
             finally:
                 pool.close()
         # 4. The best answer and the best Lagrangian bound.
@@ -177,6 +193,7 @@ class Lagrange:
             history=search.history,
             lagrangian_bound=search.lagrangian,
             bound_runs=ascent.runs,
+            seconds_per_run=schedule.seconds,
         )
         if search.lp is not None:
             stats["lp"] = search.lp
@@ -206,16 +223,37 @@ RUN_SECONDS_PER_MILLION = 7.0
 RUN_SECONDS_MIN = 5.0
 RUN_SECONDS_MAX = 20.0
 
+#: Where the caller leaves ``seconds`` to the search and there is a time limit, the first run
+#: times toulbar2 instead: it stops at the search's first backtrack (TRW-S, then the first
+#: descent's answers), and every later run gets this many times its seconds, within
+#: [RUN_SECONDS_MIN, the size rule above]. A run that takes long to its first answers needs long
+#: runs, and one that answers early gains little from them while the weights need many runs.
+#: Measured on IOPDDL (2 cores, whole searches; the first run's seconds at unit weights): N (2.8 s)
+#: ended at 1.029x, 1.031x and 1.036x the best submitted cost with 20 s runs (7x), 1.014x and
+#: 1.003x with 10 s, 0.994x with 7 s, 1.012x with 5 s; S (8.8 s) at 0.996-1.010x with 20 s runs
+#: and 1.013x and 1.020x with 10 s and 12.6 s; K (2.1 s) at 0.993-1.014x with 9-11 s and
+#: 1.060-1.073x with 20 s. At fixed weights, N's penalised cost improved 1.1% from its first
+#: answer to 7 s and 0.2% from 7 s to 20 s.
+FIRST_RUN_FACTOR = 3.0
+
 
 def run_seconds(model: PenaltyModel, time_limit: float | None) -> float:
-    """toulbar2's seconds per run by default: :data:`RUN_SECONDS_PER_MILLION` per million pair
+    """toulbar2's seconds per run by size: :data:`RUN_SECONDS_PER_MILLION` per million pair
     entries of the penalised network, within [:data:`RUN_SECONDS_MIN`, :data:`RUN_SECONDS_MAX`],
-    at most a quarter of ``time_limit`` (and at least one); 10 without a time limit."""
+    at most a quarter of ``time_limit`` (and at least one); 10 without a time limit. The first
+    run's time may shorten it (:func:`timed_seconds`)."""
     if time_limit is None:
         return 10.0
     entries = 0 if model.network is None else len(model.network.edge)
     own = min(RUN_SECONDS_MAX, max(RUN_SECONDS_MIN, RUN_SECONDS_PER_MILLION * entries / 1e6))
     return max(1.0, min(own, time_limit / 4))
+
+
+def timed_seconds(first_run: float, by_size: float) -> float:
+    """toulbar2's seconds per run after a first run that took ``first_run`` seconds to its first
+    backtrack: :data:`FIRST_RUN_FACTOR` times that, at least :data:`RUN_SECONDS_MIN` (or
+    ``by_size`` where that is less) and at most ``by_size`` (:func:`run_seconds`)."""
+    return min(by_size, max(min(RUN_SECONDS_MIN, by_size), FIRST_RUN_FACTOR * first_run))
 
 
 def _relaxation_job(
@@ -282,7 +320,7 @@ class _Search:
 
     def proving(self) -> bool:
         """Whether toulbar2 proves its answer runs' optima (their median time is under half a run)."""
-        took = [h["seconds"] for h in self.history if not h.get("bound_run")]
+        took = [h["seconds"] for h in self.history if not h.get("bound_run") and not h.get("first_run")]
         return bool(took) and float(np.median(took)) < self.schedule.seconds / 2
 
     def take_lp(self, outcome: LpBound) -> None:

@@ -18,12 +18,14 @@ def toulbar2(
     seed: int,
     rows: Sequence[tuple[list[tuple[int, int, int]], int]] = (),
     trws: float | None = None,
+    first: bool = False,
 ) -> tuple[np.ndarray | None, float, int]:
     """One cost function network (float costs, ``inf`` forbidden, rounded here) solved by
     toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``, after
     TRW-S message passing to accuracy ``trws`` when given (see :data:`TRWS_ACCURACY`):
-    (values or None, its dual bound, the number of cost functions). The network's ``shift``
-    plays no part."""
+    (values or None, its dual bound, the number of cost functions). ``first``: stop at the
+    search's first backtrack (the answers of its first descent), within ``seconds`` still. The
+    network's ``shift`` plays no part."""
     import pytoulbar2
 
     k, node_off, edges, edge_off = network.k, network.node_off, network.edges, network.edge_off
@@ -34,10 +36,12 @@ def toulbar2(
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
     edge_int = np.where(np.isfinite(edge), edge, top).astype(np.int64)
     cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
-    saved = cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy
+    saved = cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy, cfn.Option.backtrackLimit
     try:
         if trws is not None:
             cfn.Option.trwsAccuracy = trws
+        if first:
+            cfn.Option.backtrackLimit = 1
         return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows)
     except (cfn.Contradiction, cfn.SolverOut):
         # An empty domain or a knapsack nothing meets (Contradiction) proves nothing to stop for:
@@ -49,7 +53,7 @@ def toulbar2(
         # process-wide too: LDS (and the HBFS it turns off) left set would cost a later exact run
         # (wcsp) its proof.
         cfn.CFN.timerStop()
-        cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy = saved
+        cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy, cfn.Option.backtrackLimit = saved
 
 
 def _post_and_solve(
