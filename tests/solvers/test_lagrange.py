@@ -491,3 +491,18 @@ def test_the_first_run_stops_at_its_first_backtrack_and_times_the_others(monkeyp
     assert len(asked) > 1 and all(seconds <= 3 for seconds, _ in asked[1:])
     assert "first_run_seconds" in r.stats and r.stats["seconds_per_run"] == 3.0  # by size: 1 s
     assert pytoulbar2.CFN().Option.backtrackLimit == before
+
+
+def test_shorter_answer_runs_leave_the_bound_runs_their_time():
+    """time_runs shortens the answer runs only; a bound run that finds nothing still doubles up
+    to the length by size."""
+    from stratopt.solvers.lagrange.schedule import BOUND_FRACTION, Schedule
+
+    s = Schedule(None, None, None, None, 12.0, True)  # type: ignore[arg-type]
+    s.time_runs(3.0)
+    price = np.zeros(2)
+    assert s.run_seconds(None, False, 100.0, True) == 3
+    assert s.run_seconds(price, False, 100.0, True) == 12 // BOUND_FRACTION
+    s.found_nothing()
+    s.found_nothing()
+    assert s.run_seconds(price, False, 100.0, True) == 12
