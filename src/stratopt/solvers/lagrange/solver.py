@@ -233,7 +233,7 @@ RUN_SECONDS_MAX = 20.0
 #: ended at 1.029x, 1.031x and 1.036x the best submitted cost with 20 s runs (7x), 1.014x and
 #: 1.003x with 10 s, 1.018x with 9.4 s, 0.994x with 7 s, 1.012x with 5 s; K (2.1 s) at
 #: 0.993-1.014x with 9-11 s runs, 1.039x with 3 times its first run and 1.060-1.073x with 20 s;
-#: S (8.8 s) at 0.996-1.010x with 20 s runs and 1.013x and 1.020x with 10 s and 12.6 s. At fixed
+#: S (8.8 s) at 0.996-1.025x with 20 s runs and 1.013x and 1.020x with 10 s and 12.6 s. At fixed
 #: weights, N's penalised cost improved 1.1% from its first answer to 7 s and 0.2% from 7 s to 20 s.
 FIRST_RUN_FACTOR = 4.0
 
