@@ -1,6 +1,7 @@
 """Repair and polish: an answer that breaks the usage limit brought within it (single-vertex moves at
-the worst violation; toulbar2 re-solving the region around the over-full slots), then descent that
-keeps the limit, all on the true costs."""
+the worst violation; the reduced network's moves there, a vertex with those merged into it; toulbar2
+re-solving the region around the over-full slots), then descent that keeps the limit (by the
+network's moves, then by single vertices), all on the true costs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from stratopt.problem import FORBIDDEN
+from stratopt.solvers.lagrange.groups import group_moves, polish_groups, repair_groups
 from stratopt.solvers.lagrange.model import CostNetwork, PenaltyModel, segment_min
 from stratopt.solvers.lagrange.toulbar import toulbar2
 from stratopt.solvers.local_search import FORBIDDEN_COST, LocalEngine, ragged_arange
@@ -167,8 +169,16 @@ def repair_region(
     return b if engine.profile(b).max() <= limit else None
 
 
-def polish(engine: LocalEngine, a: np.ndarray, out_of_time: Callable[[], bool]) -> np.ndarray:
-    """Best-response descent on the true costs, keeping the usage limit (never raises the cost)."""
+def polish(model: PenaltyModel, engine: LocalEngine, a: np.ndarray, left: Callable[[], float]) -> np.ndarray:
+    """Best-response descent on the true costs, keeping the usage limit (never raises the cost):
+    first by the reduced network's moves (a vertex with every vertex merged into it), then by
+    single vertices."""
+
+    def out_of_time() -> bool:
+        return left() <= 0
+
+    if model.network is not None and len(model.network.k):
+        a = polish_groups(group_moves(model.network, engine), a, out_of_time)
     polished, _, _ = engine.descend(a, guard=True, deadline_check=out_of_time)
     return polished
 
@@ -177,8 +187,9 @@ def repairs(
     model: PenaltyModel, engine: LocalEngine, a: np.ndarray, left: Callable[[], float], seed: int
 ) -> list[np.ndarray]:
     """Feasible assignments made from one that breaks the limit (until ``left()`` seconds run
-    out): single-vertex moves at the worst violation, and (close to the limit, integer usages)
-    toulbar2 re-solving the region around the over-full slots under knapsack rows there (its
+    out): single-vertex moves at the worst violation, the reduced network's moves there
+    (:func:`~stratopt.solvers.lagrange.groups.repair_groups`), and (close to the limit, integer
+    usages) toulbar2 re-solving the region around the over-full slots under knapsack rows there (its
     seed drawn from ``seed``)."""
 
     def out_of_time() -> bool:
@@ -188,6 +199,10 @@ def repairs(
     single = repair(engine, a, out_of_time)
     if single is not None:
         out.append(single)
+    if model.network is not None and len(model.network.k):
+        grouped = repair_groups(group_moves(model.network, engine), a, out_of_time)
+        if grouped is not None:
+            out.append(grouped)
     problem = engine.problem
     if problem.usage_flat is not None and problem.usage_flat.dtype.kind in "iu":
         region = repair_region(model, engine, a, left, int(np.random.default_rng(seed).integers(1, 2**31)))

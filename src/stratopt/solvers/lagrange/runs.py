@@ -71,7 +71,7 @@ def attempt(model: PenaltyModel, engine: LocalEngine, run: Run, budget: float | 
     if not engine.has_limit:
         return Attempt(a, bound, took, [a] if feasible else [])
     candidates = [a] if feasible else repairs(model, engine, a, left, run.seed)
-    return Attempt(a, bound, took, [polish(engine, c, lambda: left() <= 0) for c in candidates])
+    return Attempt(a, bound, took, [polish(model, engine, c, left) for c in candidates])
 
 
 def run_penalised(
