@@ -17,22 +17,15 @@ from stratopt.solvers.lagrange.groups import GroupMoves, group_moves, polish_gro
 from stratopt.solvers.local_search import LocalEngine
 
 from ..conftest import all_assignments, problems, reference_evaluate
+from .test_lagrange import _coupled_problem
 
 pytest.importorskip("pytoulbar2")
 
 
 def _pair(limit: int) -> StrategyProblem:
     """Vertices 0 and 1 must choose alike (unequal pairs are forbidden); choice 0 is cheap and
-    big, choice 1 dear and small; vertex 2 lives beside them."""
-    big = 10**18
-    return StrategyProblem(
-        [[0, 5], [0, 5], [0, 1]],
-        [(0, 1)],
-        [[0, big, big, 0]],
-        intervals=[[0, 2], [0, 2], [0, 2]],
-        usages=[[5, 1], [5, 1], [1, 1]],
-        usage_limit=limit,
-    )
+    big, choice 1 dear and small; vertex 2 lives beside them (``test_lagrange``'s coupled problem)."""
+    return _coupled_problem().replace(usage_limit=limit)
 
 
 def _moves(p: StrategyProblem) -> GroupMoves:
