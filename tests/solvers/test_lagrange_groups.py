@@ -137,3 +137,17 @@ def test_group_moves_keep_the_limit_and_never_raise_the_cost(problem, rnd):
         polished = polish_groups(moves, start, lambda: False)
         cost, ok = reference_evaluate(problem, polished.tolist())
         assert ok and cost <= evaluate(problem, start).objective
+
+
+def test_repairs_use_the_network_only_near_the_limit():
+    """Among a run's repairs, the network's moves come in within GROUP_REPAIR_EXCESS times the
+    limit: the pair at its big choices uses 11, which a limit of 10 repairs (the pair moves
+    together) and a limit of 4 (2.75 times over) leaves to the next weights."""
+    from stratopt.solvers.lagrange.repair import GROUP_REPAIR_EXCESS, repairs
+
+    start = np.zeros(3, dtype=np.int64)
+    near, far = _pair(10), _pair(4)
+    assert GROUP_REPAIR_EXCESS * 4 < 11 <= GROUP_REPAIR_EXCESS * 10
+    fixed = repairs(PenaltyModel.build(near), LocalEngine(near), start, lambda: 60.0, 1)
+    assert [a.tolist() for a in fixed] == [[1, 1, 0]] and reference_evaluate(near, [1, 1, 0])[1]
+    assert repairs(PenaltyModel.build(far), LocalEngine(far), start, lambda: 60.0, 1) == []
