@@ -1,5 +1,6 @@
-"""Repair by groups: an answer that breaks the usage limit brought within it by moving a vertex of
-the reduced network together with every vertex merged into it (:func:`repair_groups`).
+"""Repair and polish by groups: a vertex of the reduced network moved together with every vertex
+merged into it, to bring an answer within the usage limit (:func:`repair_groups`) or to lower its
+cost within it (:func:`polish_groups`).
 
 A vertex whose choice is tied to a neighbour's (a follower: the pair forbids every other
 combination) cannot lower its usage alone, and at the over-full slots of IOPDDL S most of the
@@ -94,6 +95,19 @@ def group_moves(net: Network, engine: LocalEngine) -> GroupMoves:
     return _CACHE[0]
 
 
+def _breaking(moves: GroupMoves, rise: np.ndarray, asked: np.ndarray, profile: np.ndarray) -> np.ndarray:
+    """Per network choice, whether one of its group's vertices (among the pairs ``asked``) would
+    rise by ``rise`` above the room the limit leaves it anywhere in its interval."""
+    engine = moves.engine
+    limit = engine.problem.usage_limit
+    start, end = engine.start[moves.pair_vertex], engine.end[moves.pair_vertex]
+    up = (rise > 0) & asked
+    room = np.full(len(rise), np.iinfo(np.int64).max)
+    if up.any():
+        room[up] = limit - engine.range_max(profile, start[up], end[up])
+    return np.bincount(moves.pair_row, (rise > room).astype(np.float64), minlength=len(moves.net.node)) > 0
+
+
 def repair_groups(
     moves: GroupMoves, a: np.ndarray, out_of_time: Callable[[], bool], max_rounds: int = 10_000
 ) -> np.ndarray | None:
@@ -128,12 +142,7 @@ def repair_groups(
         at_t = np.bincount(moves.pair_row, np.where(live, new, 0), minlength=len(net.node))
         current = at_t[net.node_off[:-1] + x][moves.row_var]
         freed = current - at_t
-        rise = new - now
-        up = rise > 0
-        room = np.full(len(rise), np.iinfo(np.int64).max)
-        if up.any():
-            room[up] = limit - engine.range_max(profile, start[up], end[up])
-        breaks = np.bincount(moves.pair_row, (rise > room).astype(np.float64), minlength=len(net.node)) > 0
+        breaks = _breaking(moves, new - now, np.ones(len(now), dtype=bool), profile)
         costs = moves.local_costs(x)
         here = costs[net.node_off[:-1] + x][moves.row_var]
         ok = (freed > 0) & np.isfinite(costs) & ~breaks
@@ -176,7 +185,6 @@ def polish_groups(
         return a
     given, a = a, a.copy()
     usage = engine.usage
-    start, end = engine.start[moves.pair_vertex], engine.end[moves.pair_vertex]
     profile = engine.profile(a)
     for _ in range(max_rounds):
         if out_of_time():
@@ -188,13 +196,7 @@ def polish_groups(
         if not better.any():
             break
         now = usage[engine.off[moves.pair_vertex] + a[moves.pair_vertex]]
-        rise = usage[moves.pair_entry] - now
-        up = (rise > 0) & better[moves.pair_row]
-        room = np.full(len(rise), np.iinfo(np.int64).max)
-        if up.any():
-            room[up] = limit - engine.range_max(profile, start[up], end[up])
-        breaks = np.bincount(moves.pair_row, (rise > room).astype(np.float64), minlength=len(net.node)) > 0
-        better &= ~breaks
+        better &= ~_breaking(moves, usage[moves.pair_entry] - now, better[moves.pair_row], profile)
         rows = np.flatnonzero(better)
         if rows.size == 0:
             break
