@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from stratopt.solvers.base import Limit, Status
 from stratopt.solvers.driver import Driven, Limits, Raw, decode_scaled
 from stratopt.solvers.formulation import Formulation, build, integer_scale
 
-__all__ = ["MAX_KNAPSACK_TERMS", "Wcsp", "WcspEncoding"]
+__all__ = ["MAX_KNAPSACK_TERMS", "Wcsp", "WcspEncoding", "post_knapsack"]
 
 #: Most usage-row terms handed to toulbar2 as knapsack constraints. IOPDDL B, G and V have 46k-99k
 #: (toulbar2 proves B and G in seconds); S and P have 319M and 361M, and A's 20k rows took 19 GB
@@ -158,7 +159,7 @@ class Wcsp(Driven):
         for u, v, table in encoding.binary:
             cfn.AddFunction([index[u], index[v]], table)
         for terms, room in encoding.knapsacks:
-            cfn.AddGeneralizedLinearConstraint([(index[v], i, use) for v, i, use in terms], "<=", room)
+            post_knapsack(cfn, [(index[v], i, use) for v, i, use in terms], room)
         limit = 0 if limits.time_limit is None else max(1, math.floor(limits.time_limit))
         started = time.perf_counter()
         try:
@@ -194,3 +195,18 @@ class Wcsp(Driven):
 
     def decode(self, encoding: WcspEncoding, raw: Raw) -> Raw:
         return decode_scaled(encoding.problem, encoding.formulation, raw, encoding.scale, encoding.rounding_error)
+
+
+def post_knapsack(cfn: Any, terms: Sequence[tuple[int, int, int]], capacity: int) -> None:
+    """Post ``sum of usage over the (variable, value, usage) terms taken <= capacity`` to a
+    pytoulbar2 ``CFN`` as a knapsack constraint. pytoulbar2's ``AddGeneralizedLinearConstraint``
+    scans every term once per variable of the row, which on IOPDDL K's rows of a few thousand
+    vertices took minutes; this writes toulbar2's parameters (the negated row as ``>=``) in one pass."""
+    by_var: dict[int, list[str]] = {}
+    for var, value, use in terms:
+        by_var.setdefault(int(var), []).extend((str(int(value)), str(-int(use))))
+    parts = [str(-int(capacity))]
+    for pairs in by_var.values():
+        parts.append(str(len(pairs) // 2))
+        parts.extend(pairs)
+    cfn.CFN.wcsp.postKnapsackConstraint(list(by_var), " ".join(parts), kp=True)

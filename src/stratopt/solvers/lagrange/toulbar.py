@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.solvers.lagrange.model import CostNetwork, finite_max_sum
+from stratopt.solvers.wcsp import post_knapsack
 
 
 def toulbar2(
@@ -19,12 +20,15 @@ def toulbar2(
     rows: Sequence[tuple[list[tuple[int, int, int]], int]] = (),
     trws: float | None = None,
     first: bool = False,
+    known: np.ndarray | None = None,
 ) -> tuple[np.ndarray | None, float, int]:
     """One cost function network (float costs, ``inf`` forbidden, rounded here) solved by
     toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``, after
     TRW-S message passing to accuracy ``trws`` when given (see :data:`TRWS_ACCURACY`):
     (values or None, its dual bound, the number of cost functions). ``first``: stop at the
-    search's first backtrack (the answers of its first descent), within ``seconds`` still. The
+    search's first backtrack (the answers of its first descent), within ``seconds`` still.
+    ``known``: values (that meet the rows) whose cost is toulbar2's initial upper bound, so
+    that it looks only for answers that cost no more (None when it finds none in time). The
     network's ``shift`` plays no part."""
     import pytoulbar2
 
@@ -35,7 +39,13 @@ def toulbar2(
     top = int(finite_max_sum(node, node_off) + finite_max_sum(edge, edge_off)) + 1
     node_int = np.where(np.isfinite(node), node, top).astype(np.int64)
     edge_int = np.where(np.isfinite(edge), edge, top).astype(np.int64)
-    cfn = pytoulbar2.CFN(ubinit=None, verbose=-1, seed=seed)
+    upper = None
+    if known is not None:  # its cost in the functions posted below, plus one: an answer may tie it
+        u, v = edges[:, 0], edges[:, 1]
+        entry = edge_off[:-1] + known[u] * k[v] + known[v]
+        posted = node_int[node_off[:-1] + known][k > 1].sum() + edge_int[entry][k[u] * k[v] > 1].sum()
+        upper = int(posted) + 1
+    cfn = pytoulbar2.CFN(ubinit=upper, verbose=-1, seed=seed)
     saved = cfn.Option.lds, cfn.Option.hbfs, cfn.Option.trwsAccuracy, cfn.Option.backtrackLimit
     try:
         if trws is not None:
@@ -81,7 +91,7 @@ def _post_and_solve(
             wcsp.postBinaryConstraint(u, v, edge_int[eoff[e] : eoff[e + 1]].tolist(), False)
             functions += 1
     for terms, capacity in rows:
-        cfn.AddGeneralizedLinearConstraint(terms, "<=", capacity)
+        post_knapsack(cfn, terms, capacity)
     wcsp.sortConstraints()
     found = cfn.Solve(timeLimit=max(1, int(seconds)))
     values = None if found is None else np.asarray(found[0], dtype=np.int64)
