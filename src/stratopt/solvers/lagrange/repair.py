@@ -6,6 +6,7 @@ network's moves, then by single vertices), all on the true costs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -88,12 +89,18 @@ def resolve_region(
     seconds: float,
     seed: int,
     slots: np.ndarray | None = None,
+    among: np.ndarray | None = None,
+    no_worse: bool = False,
+    max_terms: int | None = None,
 ) -> np.ndarray | None:
     """The vertices in ``free`` re-solved by toulbar2 under ``weights``, every other vertex kept:
     a large-neighbourhood move, which changes coupled vertices together where a single-vertex
     move would meet a forbidden pair. With ``slots`` (integer usages only), the usage at each of
     those time slots is kept within the limit by a knapsack row over the free vertices live
-    there. None when toulbar2 finds nothing in time (or nothing meets the rows)."""
+    there (:func:`_knapsack_rows`). With ``among`` (assignments, one per row), each free vertex only takes a value one of
+    them gives it. With ``no_worse`` (``a`` meeting the rows), toulbar2 looks only for answers that
+    cost no more than ``a``. None when toulbar2 finds nothing in time (or nothing meets the rows),
+    or when the rows hold more than ``max_terms`` terms."""
     verts = np.flatnonzero(free)
     if verts.size == 0:
         return None
@@ -101,6 +108,10 @@ def resolve_region(
     cls = engine.build_class(verts, incidence_mask=outside)
     unary = engine.local_costs(cls, a)  # own cost plus edges to the kept vertices
     unary = np.where(unary >= FORBIDDEN, np.inf, unary + weights[verts][cls.slot_vertex] * model.excess[cls.slots])
+    if among is not None:
+        value = np.arange(len(cls.slots)) - cls.seg_start[cls.slot_vertex]
+        given = (among[:, verts][:, cls.slot_vertex] == value).any(axis=0)
+        unary = np.where(given, unary, np.inf)
     seg_off = np.append(cls.seg_start, len(cls.slots))
     low = segment_min(unary, seg_off)
     unary = (unary - np.repeat(np.where(np.isfinite(low), low, 0.0), cls.seg_len)) * model.scale
@@ -110,30 +121,61 @@ def resolve_region(
     sizes = np.diff(model.edge_off)[inner]
     rows, within = ragged_arange(sizes)
     table = model.edge[model.edge_off[:-1][inner][rows] + within]
-    knapsacks: list[tuple[list[tuple[int, int, int]], int]] = []
-    if slots is not None:
-        limit = engine.problem.usage_limit
-        profile = engine.profile(a)
-        current = engine.usage[engine.off[:-1] + a]
-        for t in slots.tolist():
-            members = verts[(engine.start[verts] <= t) & (engine.end[verts] > t)]
-            capacity = int(limit - (profile[t] - current[members].sum()))
-            terms = [
-                (int(local[v]), c, int(use))
-                for v in members.tolist()
-                for c, use in enumerate(engine.usage[engine.off[v] : engine.off[v + 1]].tolist())
-                if use
-            ]
-            knapsacks.append((terms, capacity))
+    knapsacks = [] if slots is None else _knapsack_rows(engine, a, verts, cls, np.isfinite(unary), slots)
+    if max_terms is not None and sum(len(terms) for terms, _ in knapsacks) > max_terms:
+        return None
     region = CostNetwork(
         cls.seg_len, seg_off, unary, local[model.edges[inner]], np.append(0, np.cumsum(sizes)), table, 0.0
     )
-    values, _, _ = toulbar2(region, seconds, seed, knapsacks)
+    values, _, _ = toulbar2(region, seconds, seed, knapsacks, known=a[verts] if no_worse else None)
     if values is None:
         return None
     out = a.copy()
     out[verts] = values
     return out
+
+
+def _knapsack_rows(
+    engine: LocalEngine, a: np.ndarray, verts: np.ndarray, cls: Any, allowed: np.ndarray, slots: np.ndarray
+) -> list[tuple[list[tuple[int, int, int]], int]]:
+    """The knapsack rows that keep the usage at ``slots`` within the limit, the vertices ``verts``
+    free (``cls`` their choices, ``allowed`` those toulbar2 may take), every other as in ``a``.
+    Each free vertex counts its usage above its least allowed one, so a vertex whose allowed
+    choices use alike drops out; a row goes only where the free vertices at their most could
+    break the limit (between two answers that agree on most vertices, few slots)."""
+    problem = engine.problem
+    assert problem.usage_limit is not None
+    limit = int(problem.usage_limit)
+    seg_off = np.append(cls.seg_start, len(cls.slots))
+    use = engine.usage[cls.slots].astype(np.int64)
+    least = np.minimum.reduceat(np.where(allowed, use, np.iinfo(np.int64).max), seg_off[:-1])
+    most = np.maximum.reduceat(np.where(allowed, use, np.iinfo(np.int64).min), seg_off[:-1])
+    none = ~np.logical_or.reduceat(allowed, seg_off[:-1])  # no allowed choice: toulbar2 finds nothing
+    least, most = np.where(none, 0, least), np.where(none, 0, most)
+    current = engine.usage[engine.off[verts] + a[verts]].astype(np.int64)
+    slots_n = len(engine.profile(a))
+
+    def over_time(values: np.ndarray) -> np.ndarray:
+        diff = np.zeros(slots_n + 1, dtype=np.int64)
+        np.add.at(diff, engine.start[verts], values)
+        np.add.at(diff, engine.end[verts], -values)
+        return np.cumsum(diff[:-1])
+
+    # The load with every free vertex at its least allowed usage, and how far they could raise it.
+    floor = engine.profile(a).astype(np.int64) - over_time(current - least)
+    reach = over_time(most - least)
+    slots = slots[slots < slots_n]
+    binding = slots[floor[slots] + reach[slots] > limit]
+    extra = use - np.repeat(least, cls.seg_len)
+    value = np.arange(len(cls.slots)) - cls.seg_start[cls.slot_vertex]
+    take = allowed & (extra > 0)
+    rows = []
+    for t in binding.tolist():
+        live = (engine.start[verts] <= t) & (engine.end[verts] > t)
+        pick = take & live[cls.slot_vertex]
+        terms = list(zip(cls.slot_vertex[pick].tolist(), value[pick].tolist(), extra[pick].tolist(), strict=True))
+        rows.append((terms, limit - int(floor[t])))
+    return rows
 
 
 def repair_region(

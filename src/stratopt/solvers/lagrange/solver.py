@@ -16,6 +16,7 @@ from stratopt.errors import ModelError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Ascent, round_down
+from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns, lp_bound
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
@@ -149,6 +150,9 @@ class Lagrange:
                 started += 1
                 budget = None if clock.deadline is None else clock.left()
                 took(w, attempt(model, engine, run, budget), lam, run.first)
+                job = search.merge_job() if more(started) else None
+                if job is not None:
+                    search.take_merge(merge_job(model, engine, job, None if clock.deadline is None else clock.left()))
                 if lp_job is not None:  # after the first answer, before the other runs
                     _, start, end = problem.time_slots
                     search.take_lp(lp_bound(model, start, end, lp_job.seconds))
@@ -158,12 +162,18 @@ class Lagrange:
         else:
             pool = RayPool(model, engine, workers) if executor == "ray" else ProcessPool(model, engine, workers or 1)
             stats["executor"] = executor
+            merging = False  # one merge at a time, in one worker
             try:
                 while True:
                     while pool.free() and more(started) and (engine.has_limit or started == 0):
                         if lp_job is not None and started > 0:  # one worker, after the first run
                             pool.submit(None, lp_job, None)
                             lp_job = None
+                            continue
+                        job = None if merging else search.merge_job()
+                        if job is not None:
+                            pool.submit("merge", job, clock.left() if clock.deadline is not None else None)
+                            merging = True
                             continue
                         w, lam, run = next_run()
                         started += 1
@@ -184,6 +194,9 @@ class Lagrange:
                         break
                     if isinstance(outcome, LpBound):
                         search.take_lp(outcome)
+                    elif isinstance(outcome, Merged):
+                        search.take_merge(outcome)
+                        merging = False
                     else:
                         took(key[0], outcome, key[1], key[2])
             finally:
@@ -195,6 +208,7 @@ class Lagrange:
             lagrangian_bound=search.lagrangian,
             bound_runs=ascent.runs,
             seconds_per_run=schedule.seconds,
+            merges=search.merges,
         )
         if search.lp is not None:
             stats["lp"] = search.lp
@@ -318,6 +332,12 @@ class _Search:
         self.bound_from = "lagrange"  # which of the two gave self.bound
         self.lp: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
+        # Merges of good answers (see :mod:`.merge`): where the limit's knapsack rows can be
+        # written (integer usages).
+        self.elite = Elite()
+        usage = problem.usage_flat
+        self.can_merge = engine.has_limit and usage is not None and usage.dtype.kind in "iu"
+        self.merges: list[dict[str, Any]] = []
 
     def proving(self) -> bool:
         """Whether toulbar2 proves its answer runs' optima (their median time is under half a run)."""
@@ -341,6 +361,32 @@ class _Search:
         self.say(
             f"linear relaxation ({outcome.columns} columns, {outcome.rows} rows): {outcome.status}, {shown} "
             f"in {outcome.seconds:.1f} s; best bound {self.bound:.6g}"
+        )
+
+    def merge_job(self) -> MergeJob | None:
+        """The next merge to make (the best answer and the cheapest not yet merged with it), or None."""
+        pair = self.elite.next_pair() if self.can_merge else None
+        if pair is None:
+            return None
+        return MergeJob(pair, self.schedule.seconds, len(self.merges) + 1)
+
+    def take_merge(self, outcome: Merged) -> None:
+        """A merge ended: its result joins the elite, and is the answer where it is the best."""
+        cost = math.inf
+        for fixed in outcome.fixed:
+            final = evaluate(self.problem, fixed)
+            if final.feasible:
+                cost = min(cost, float(final.objective))
+                if float(final.objective) < self.best_cost:
+                    self.elite.offer(fixed, float(final.objective), outcome.made_from)
+                    self.best, self.best_cost = fixed, float(final.objective)
+                    if self.incumbent is not None:
+                        self.incumbent(tuple(fixed.tolist()))
+        self.merges.append({"free": outcome.free, "seconds": round(outcome.seconds, 2), "cost": cost})
+        shown = "no answer (rows too large, or none found in time)" if not math.isfinite(cost) else f"{cost:.6g}"
+        self.say(
+            f"merge {len(self.merges)} ({outcome.free} vertices differ): {shown} in {outcome.seconds:.1f} s; "
+            f"best {self.best_cost:.6g}"
         )
 
     def take(self, w: np.ndarray, outcome: Attempt, lam: np.ndarray | None = None) -> None:
@@ -373,10 +419,13 @@ class _Search:
             final = evaluate(problem, fixed)
             if final.feasible and float(final.objective) < cost:
                 cost = float(final.objective)
+                chosen = fixed
                 if cost < self.best_cost:
                     self.best, self.best_cost, self.best_weights = fixed, cost, w
                     if self.incumbent is not None:
                         self.incumbent(tuple(fixed.tolist()))
+        if math.isfinite(cost):  # the run's answer (its cheapest repair) as a merge's partner
+            self.elite.offer(chosen, cost)
         self.history.append(
             {
                 "seconds": round(took, 2),

@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from stratopt.errors import SolverUnavailableError
+from stratopt.solvers.lagrange.merge import Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, lp_bound
 from stratopt.solvers.lagrange.runs import Attempt, Run, attempt
@@ -40,23 +41,29 @@ def as_child() -> None:
         pass
 
 
-def do(model: PenaltyModel, engine: LocalEngine, job: Run | LpJob, budget: float | None) -> Attempt | LpBound:
-    """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish)
-    or the linear relaxation (:func:`~stratopt.solvers.lagrange.relaxation.lp_bound`)."""
+Outcome = Attempt | LpBound | Merged
+
+
+def do(model: PenaltyModel, engine: LocalEngine, job: Run | LpJob | MergeJob, budget: float | None) -> Outcome:
+    """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish),
+    the linear relaxation (:func:`~stratopt.solvers.lagrange.relaxation.lp_bound`) or a merge of
+    two answers (:func:`~stratopt.solvers.lagrange.merge.merge_job`)."""
     if isinstance(job, LpJob):
         _, start, end = engine.problem.time_slots
         return lp_bound(model, start, end, job.seconds)
+    if isinstance(job, MergeJob):
+        return merge_job(model, engine, job, budget)
     return attempt(model, engine, job, budget)
 
 
-def _worker_run(*args: Any) -> Attempt | LpBound:
+def _worker_run(*args: Any) -> Outcome:
     """One job in a forked worker, on the model and engine it holds (``args`` as
     :meth:`ProcessPool.submit` passes them on: the job and its budget)."""
     assert _MODEL is not None and _ENGINE is not None
     return do(_MODEL, _ENGINE, *args)
 
 
-def _ray_run(shared: tuple[PenaltyModel, LocalEngine], *args: Any) -> Attempt | LpBound:
+def _ray_run(shared: tuple[PenaltyModel, LocalEngine], *args: Any) -> Outcome:
     """One job as a Ray task: the model and engine come from the object store."""
     model, engine = shared
     return do(model, engine, *args)
@@ -82,7 +89,7 @@ class ProcessPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.pool.submit(_worker_run, *args)] = key
 
-    def next_done(self, timeout: float | None = None) -> tuple[Any, Attempt | LpBound | BaseException] | None:
+    def next_done(self, timeout: float | None = None) -> tuple[Any, Outcome | BaseException] | None:
         """The next job to end and its outcome (or its error); None when none ends in ``timeout`` seconds."""
         done, _ = cf.wait(self.pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)
         if not done:
@@ -131,7 +138,7 @@ class RayPool:
     def submit(self, key: Any, *args: Any) -> None:
         self.pending[self.remote.remote(self.shared, *args)] = key
 
-    def next_done(self, timeout: float | None = None) -> tuple[Any, Attempt | LpBound | BaseException] | None:
+    def next_done(self, timeout: float | None = None) -> tuple[Any, Outcome | BaseException] | None:
         """The next task to end and its outcome (or its error); None when none ends in ``timeout`` seconds."""
         done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout)
         if not done:
