@@ -104,3 +104,47 @@ def test_too_many_usage_terms_are_refused_at_once(monkeypatch):
     monkeypatch.setattr(wcsp, "MAX_KNAPSACK_TERMS", 2)
     with pytest.raises(UnsupportedProblemError, match="the usage rows have 4 terms in all"):
         solve(load_problem("example"), "wcsp")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 9), min_size=2, max_size=3), min_size=1, max_size=4),
+    st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 6)), max_size=6), max_size=3),
+    st.lists(st.integers(0, 12), min_size=3, max_size=3),
+)
+def test_posted_knapsack_rows_mean_what_they_say(unary, rows, capacities):
+    """Rows posted by ``post_knapsack`` (terms on any variables, a variable twice, values of any
+    usage): toulbar2's optimum equals brute force over the assignments that meet every row."""
+    import itertools
+
+    pytoulbar2 = pytest.importorskip("pytoulbar2")
+    from stratopt.solvers.wcsp import post_knapsack
+
+    n = len(unary)
+    rows = [[(v % n, c % len(unary[v % n]), use) for v, c, use in terms] for terms in rows]
+    rows = [terms for terms in rows if terms]
+
+    def meets(x) -> bool:
+        return all(
+            sum(u for v, c, u in terms if x[v] == c) <= cap for terms, cap in zip(rows, capacities, strict=False)
+        )
+
+    allowed = [
+        sum(unary[v][c] for v, c in enumerate(x)) for x in itertools.product(*map(range, map(len, unary))) if meets(x)
+    ]
+    cfn = pytoulbar2.CFN(ubinit=1000, verbose=-1)
+    try:
+        for v, costs in enumerate(unary):
+            cfn.AddVariable(f"x{v}", range(len(costs)))
+            cfn.AddFunction([v], costs)
+        for terms, cap in zip(rows, capacities, strict=False):
+            post_knapsack(cfn, terms, cap)
+        found = cfn.Solve(timeLimit=20)
+    except cfn.Contradiction:
+        found = None
+    finally:
+        cfn.CFN.timerStop()
+    if not allowed:
+        assert found is None
+    else:
+        assert found is not None and found[1] == min(allowed) and meets(found[0])

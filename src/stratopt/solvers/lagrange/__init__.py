@@ -16,7 +16,10 @@ space). Every answer that breaks the limit is repaired two ways, the cheaper kep
 moves at the time of the worst violation (least cost increase per unit of usage freed), and,
 close to the limit, toulbar2 re-solving the vertices live at the over-full slots on the true
 costs under knapsack rows there (coupled vertices, which forbidden pairs tie together, move at
-once). Then descent that keeps the limit polishes it. Repair and polish run in the worker.
+once). Then descent that keeps the limit polishes it. Repair and polish run in the worker. One
+worker at a time merges the best answer with another good one (:mod:`.merge`): toulbar2 re-solves
+the vertices where they differ, each between its two values, under exact knapsack rows, and starts
+from the better one's cost.
 
 The lower bound is the Lagrangian dual: for slot prices ``lam_t >= 0``, any feasible assignment
 costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with vertex weights
@@ -39,7 +42,8 @@ per-vertex usage penalties, several penalty scales in parallel, per-vertex narro
 
 The method in modules, each step in its own: :mod:`.model` (the penalty model and the reduced
 network), :mod:`.toulbar` (one network through toulbar2), :mod:`.runs` (one penalised run),
-:mod:`.repair` (repair and polish), :mod:`.schedule` (which weights each run gets), :mod:`.bound`
+:mod:`.repair` (repair and polish), :mod:`.groups` (the reduced network's moves), :mod:`.merge`
+(solution merging), :mod:`.schedule` (which weights each run gets), :mod:`.bound`
 (the slot-price ascent and the dual bound), :mod:`.relaxation` (the linear relaxation of the
 reduced model, whose certified bound and slot prices start the ascent), :mod:`.workers`
 (processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
