@@ -105,11 +105,17 @@ def grouped_problems(draw):
             edges.append((u, v))
             tables.append([draw(st.integers(0, 20)) for _ in range(k[u] * k[v])])
     node = [[draw(st.integers(0, 20)) for _ in range(kv)] for kv in ks]
+    return with_a_limit(draw, node, edges, tables)
+
+
+def with_a_limit(draw, node: list[list[int]], edges: list, tables: list) -> StrategyProblem:
+    """The problem with drawn intervals (start 0-3, 1-3 slots long), usages (0-9) and a limit
+    between the least and the most total usage."""
     intervals = []
-    for _ in ks:
+    for _ in node:
         start = draw(st.integers(0, 3))
         intervals.append([start, start + draw(st.integers(1, 3))])
-    usages = [[draw(st.integers(0, 9)) for _ in range(kv)] for kv in ks]
+    usages = [[draw(st.integers(0, 9)) for _ in costs] for costs in node]
     least = sum(min(u) for u in usages)
     limit = draw(st.integers(least, least + sum(max(u) - min(u) for u in usages)))
     return StrategyProblem(node, edges, tables, intervals=intervals, usages=usages, usage_limit=limit)

@@ -17,7 +17,7 @@ from stratopt.solvers.lagrange.merge import Elite, MergeJob, merge_job
 from stratopt.solvers.local_search import LocalEngine
 
 from ..conftest import all_assignments, problems, reference_evaluate
-from .test_lagrange_groups import grouped_problems
+from .test_lagrange_groups import grouped_problems, with_a_limit
 
 pytest.importorskip("pytoulbar2")
 
@@ -42,14 +42,7 @@ def limited_problems(draw):
     pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n + 2))
     edges = [(u, v) for u, v in pairs if u != v]
     tables = [[draw(st.integers(0, 20)) for _ in range(ks[u] * ks[v])] for u, v in edges]
-    intervals = []
-    for _ in ks:
-        start = draw(st.integers(0, 3))
-        intervals.append([start, start + draw(st.integers(1, 3))])
-    usages = [[draw(st.integers(0, 9)) for _ in range(k)] for k in ks]
-    least = sum(min(u) for u in usages)
-    limit = draw(st.integers(least, least + sum(max(u) - min(u) for u in usages)))
-    return StrategyProblem(node, edges, tables, intervals=intervals, usages=usages, usage_limit=limit)
+    return with_a_limit(draw, node, edges, tables)
 
 
 @settings(max_examples=200, deadline=None)
