@@ -97,10 +97,10 @@ def resolve_region(
     a large-neighbourhood move, which changes coupled vertices together where a single-vertex
     move would meet a forbidden pair. With ``slots`` (integer usages only), the usage at each of
     those time slots is kept within the limit by a knapsack row over the free vertices live
-    there (:func:`_knapsack_rows`). With ``among`` (assignments, one per row), each free vertex only takes a value one of
-    them gives it. With ``no_worse`` (``a`` meeting the rows), toulbar2 looks only for answers that
-    cost no more than ``a``. None when toulbar2 finds nothing in time (or nothing meets the rows),
-    or when the rows hold more than ``max_terms`` terms."""
+    there (:func:`_knapsack_rows`). With ``among`` (assignments, one per row), each free vertex
+    only takes a value one of them gives it. With ``no_worse`` (``a`` meeting the rows), toulbar2
+    looks only for answers that cost no more than ``a``. None when toulbar2 finds nothing in time
+    (or nothing meets the rows), or when the rows hold more than ``max_terms`` terms."""
     verts = np.flatnonzero(free)
     if verts.size == 0:
         return None
@@ -153,7 +153,8 @@ def _knapsack_rows(
     none = ~np.logical_or.reduceat(allowed, seg_off[:-1])  # no allowed choice: toulbar2 finds nothing
     least, most = np.where(none, 0, least), np.where(none, 0, most)
     current = engine.usage[engine.off[verts] + a[verts]].astype(np.int64)
-    slots_n = len(engine.profile(a))
+    profile = engine.profile(a).astype(np.int64)
+    slots_n = len(profile)
 
     def over_time(values: np.ndarray) -> np.ndarray:
         diff = np.zeros(slots_n + 1, dtype=np.int64)
@@ -162,7 +163,7 @@ def _knapsack_rows(
         return np.cumsum(diff[:-1])
 
     # The load with every free vertex at its least allowed usage, and how far they could raise it.
-    floor = engine.profile(a).astype(np.int64) - over_time(current - least)
+    floor = profile - over_time(current - least)
     reach = over_time(most - least)
     slots = slots[slots < slots_n]
     binding = slots[floor[slots] + reach[slots] > limit]

@@ -371,7 +371,7 @@ class _Search:
         return MergeJob(pair, self.schedule.seconds, len(self.merges) + 1)
 
     def take_merge(self, outcome: Merged) -> None:
-        """A merge ended: its result joins the elite, and is the answer where it is the best."""
+        """A merge ended: its result joins the elite, and becomes the answer where it is the best."""
         cost = math.inf
         for fixed in outcome.fixed:
             final = evaluate(self.problem, fixed)
