@@ -89,6 +89,31 @@ def test_auto_runs_lagrange_beside_an_exact_run_without_proof(monkeypatch):
     assert r.objective <= min(solve(p, "greedy").objective, r.stats["beside"]["objective"] or np.inf)
 
 
+def test_the_run_beside_gives_its_relaxation_the_larger_share(monkeypatch):
+    """Beside an exact run lagrange is there for its bound: its relaxation gets
+    BESIDE_BOUND_SHARE of the time unless the caller names a share."""
+    seen = []
+
+    class Recorder:
+        def __init__(self, problem, seconds, seed, options):
+            seen.append(options)
+
+        def collect(self, wait):
+            return "recorded"
+
+        def stop(self):
+            pass
+
+    p = _binding_problem()
+    monkeypatch.setattr(dispatch, "_Beside", Recorder)
+    monkeypatch.setattr(dispatch, "BESIDE_MIN_SECONDS", 1.0)
+    monkeypatch.setattr(dispatch, "_first_available", lambda *names: "greedy" if "wcsp" in names else names[0])
+    monkeypatch.setattr(dispatch.os, "cpu_count", lambda: 2)
+    dispatch.solve_auto(p, time_limit=6)
+    dispatch.solve_auto(p, time_limit=6, bound_share=0.2)
+    assert seen == [{"bound_share": dispatch.BESIDE_BOUND_SHARE}, {"bound_share": 0.2}]
+
+
 def test_a_proof_stops_the_run_beside():
     """When the exact run proves its answer, nothing is joined (and the child is ended)."""
     p = _binding_problem()

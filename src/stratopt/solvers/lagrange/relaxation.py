@@ -32,6 +32,7 @@ from stratopt.solvers.lagrange.model import Network, PenaltyModel, interval_sum,
 
 __all__ = [
     "BOUND_SHARE",
+    "DUAL_TOLERANCE",
     "LP_METHOD",
     "LP_RATE",
     "LpBound",
@@ -45,11 +46,18 @@ __all__ = [
 #: The share of the time limit the relaxation may take (in one worker, beside the runs in the
 #: others), and how many of its columns HiGHS's interior point clears per second on this project's
 #: 2-core machine, the other core busy (IOPDDL, build included: P 51k columns in 5.8 s, A 74k in
-#: 10.4 s, Q 82k in 14.2 s, C 114k in 18.9 s, D 121k in 21.5 s, V 795k in 163 s). The relaxation
+#: 10.4 s, Q 82k in 14.2 s, C 114k in 18.9 s, D 121k in 21.5 s, V 795k in 163-222 s). The relaxation
 #: runs only where its columns at this rate fit in its share: A, C, D, P and Q at their contest
 #: limits, none of the instances whose network keeps millions of pair entries.
 BOUND_SHARE = 0.5
 LP_RATE = 5000.0
+
+#: HiGHS's dual feasibility tolerance for the relaxation (its default is 1e-7). The certified
+#: bound pays for every column's dual infeasibility times its box, so a looser tolerance costs
+#: bound on relaxations with many columns: IOPDDL V's certified bound was 1,223,182 at the default
+#: against HiGHS's objective 1,297,645, and 1,293,053 at this tolerance (A, C and P move by
+#: 0.001-0.02%); the time is about the same (V 218 s and 222 s, P 9 s, A 21 s and 17 s).
+DUAL_TOLERANCE = 1e-10
 
 #: How a bound from the relaxation was obtained (:attr:`~stratopt.solvers.base.Result.bound_method`).
 LP_METHOD = "lp: the linear relaxation of the reduced model (HiGHS interior point; the bound certified from its duals)"
@@ -263,6 +271,7 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
     h.setOptionValue("output_flag", False)
     h.setOptionValue("solver", "ipm")
     h.setOptionValue("run_crossover", "off")
+    h.setOptionValue("dual_feasibility_tolerance", DUAL_TOLERANCE)
     if time_limit is not None:
         h.setOptionValue("time_limit", max(1.0, float(time_limit - (time.perf_counter() - t0))))
     lp = highspy.HighsLp()
