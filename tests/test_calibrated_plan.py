@@ -16,8 +16,9 @@ from stratopt.graph import GraphBuilder
 from stratopt.instances import load_instance
 from stratopt.machine import get_machine
 from stratopt.planning import plan
-from stratopt.planning.decoder import decoder_graph
-from stratopt.planning.predict import BLOCK_OPERATORS, OUTER_OPERATORS, Run, parse_decoder, predict
+from stratopt.graph.decoder import decoder_graph
+from stratopt.graph.decoder import parse_decoder
+from stratopt.planning.predict import BLOCK_OPERATORS, OUTER_OPERATORS, Run, predict
 from stratopt.problem import evaluate
 from stratopt.solvers import solve
 

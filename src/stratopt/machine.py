@@ -18,13 +18,18 @@ all-to-all (g-1)/g * n/B + (g-1) a.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from stratopt.errors import ModelError
+from stratopt.problem import read_json
 
-__all__ = ["MACHINES", "Machine", "get_machine", "read_machine", "write_machine"]
+__all__ = ["MACHINES", "Calibration", "Machine", "calibration_of", "get_machine", "read_machine", "write_machine"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Machine:
         Fraction of peak that dense matrix products reach (the ``default`` profile's assumption).
     calibration
         Fitted parameters of the step predictor (``(name, value)`` pairs of
-        :class:`stratopt.planning.predict.Calibration`; empty: its defaults), as
+        :class:`Calibration`; empty: its defaults), as
         ``stratopt calibrate`` writes them into a machine file.
     """
 
@@ -69,10 +74,10 @@ class Machine:
     calibration: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        for field in ("peak_tflops", "memory_gb", "hbm_gbps", "intra_gbps", "inter_gbps", "efficiency"):
-            value = getattr(self, field)
+        for name in ("peak_tflops", "memory_gb", "hbm_gbps", "intra_gbps", "inter_gbps", "efficiency"):
+            value = getattr(self, name)
             if not value > 0:
-                raise ModelError(f"machine {self.name!r}: {field} must be positive, got {value!r}")
+                raise ModelError(f"machine {self.name!r}: {name} must be positive, got {value!r}")
         if self.devices_per_node < 1:
             raise ModelError(f"machine {self.name!r}: devices_per_node must be at least 1")
         if self.intra_latency_us < 0 or self.inter_latency_us < 0:
@@ -127,6 +132,64 @@ class Machine:
         return np.where(np.asarray(nbytes) > 0, nbytes / bw + messages * lat, 0.0)
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """A machine's free parameters (fractions of its datasheet figures, and a few sizes).
+
+    ``gemm_efficiency``: the fraction of the peak that large matrix products reach;
+    ``gemm_half_gflop``: the work (GFLOP per device) at which a product reaches half of that;
+    ``attention_efficiency``: the fused attention kernel's fraction of the peak;
+    ``hbm_efficiency``: the fraction of HBM bandwidth memory-bound operators reach;
+    ``network_efficiency``: the fraction of link bandwidth collectives reach;
+    ``overlap``: the fraction of the compute that communication can hide under;
+    ``step_overhead_ms``: a fixed cost per step (the data loader, logging);
+    ``op_overhead_us``: a fixed cost per product and pass where FSDP shards the weights (its hooks
+    around each module: gathers launched and awaited, shards freed); what keeps small models far
+    from the peak in the measured runs, which all shard.
+    Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
+    fits it within; the ``default`` cost profile and the step predictor
+    (:func:`stratopt.planning.predict.predict`) price with it.
+    """
+
+    gemm_efficiency: float = field(default=0.7, metadata={"fit": (0.2, 1.0)})
+    # cuBLAS reaches half its large-product rate on products of a few GFLOP; the bound keeps the
+    # fit from trading this curve against the per-operator overhead, which the rows cannot tell apart.
+    gemm_half_gflop: float = field(default=1.0, metadata={"fit": (0.001, 20.0)})
+    attention_efficiency: float = field(default=0.4, metadata={"fit": (0.05, 1.0)})
+    hbm_efficiency: float = field(default=0.7, metadata={"fit": (0.1, 1.0)})
+    network_efficiency: float = field(default=0.7, metadata={"fit": (0.05, 1.0)})
+    overlap: float = field(default=0.8, metadata={"fit": (0.0, 1.0)})
+    step_overhead_ms: float = field(default=5.0, metadata={"fit": (0.0, 500.0)})
+    op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+                raise ModelError(f"calibration: {f.name} must be a number, got {value!r}")
+            if value < 0 or (f.name.endswith(("efficiency", "overlap")) and value > 1):
+                raise ModelError(f"calibration: {f.name} must lie in [0, 1] (or be non-negative), got {value!r}")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def calibration_of(machine: Machine) -> Calibration:
+    """The machine's calibration (a machine file's fitted one, or the defaults).
+
+    >>> calibration_of(get_machine("pase")) == Calibration()
+    True
+    """
+    return Calibration(**dict(machine.calibration))
+
+
+def _dgx(name: str, **fields: Any) -> Machine:
+    """A DGX node's preset: 8 GPUs of 80 GB a node, 3 us a message inside it and 8 us across, and the
+    60% of the peak products reach (both our assumptions; the rest from the datasheets)."""
+    shared = {"memory_gb": 80.0, "devices_per_node": 8, "intra_latency_us": 3.0, "inter_latency_us": 8.0}
+    return Machine(name, **{**shared, "efficiency": 0.6, **fields})
+
+
 #: Preset machines. Sources: PaSE's defaults (Elango, IPDPS 2021, and its scheduler.py:
 #: 10 TFLOPS, 16 GB/s); NVIDIA A100 and H100 datasheets and DGX A100 / DGX H100 user guides
 #: (dense BF16 peak, HBM bandwidth, NVLink per-direction bandwidth = half the quoted
@@ -143,30 +206,20 @@ MACHINES: dict[str, Machine] = {
         inter_gbps=16.0,
         description="PaSE's defaults: 10 TFLOPS, 16 GB/s everywhere, no latency",
     ),
-    "a100": Machine(
+    "a100": _dgx(
         "a100",
         peak_tflops=312.0,
-        memory_gb=80.0,
         hbm_gbps=2039.0,
-        devices_per_node=8,
         intra_gbps=300.0,
         inter_gbps=25.0,
-        intra_latency_us=3.0,
-        inter_latency_us=8.0,
-        efficiency=0.6,
         description="DGX A100 nodes: 8x A100-SXM4-80GB, BF16 312 TFLOPS, NVLink3 300 GB/s, HDR IB 25 GB/s per GPU",
     ),
-    "h100": Machine(
+    "h100": _dgx(
         "h100",
         peak_tflops=989.0,
-        memory_gb=80.0,
         hbm_gbps=3350.0,
-        devices_per_node=8,
         intra_gbps=450.0,
         inter_gbps=50.0,
-        intra_latency_us=3.0,
-        inter_latency_us=8.0,
-        efficiency=0.6,
         description="DGX H100 nodes: 8x H100-SXM5-80GB, BF16 989 TFLOPS, NVLink4 450 GB/s, NDR IB 50 GB/s per GPU",
         # The step predictor's parameters fitted to the 52 measured MPT runs on H100s (llm-foundry's
         # table, ../shared/measurements): `stratopt calibrate ../shared/measurements/mpt-h100-bf16.csv
@@ -202,23 +255,19 @@ def get_machine(name: str) -> Machine:
 def read_machine(path: str) -> Machine:
     """A machine file: ``{"format": "stratopt-machine", "version": 1, "machine": {Machine's
     fields}}``; every field is checked, and a bad file is a one-line :class:`ModelError`."""
-    from pathlib import Path
-
-    from stratopt.problem import read_json
-
     data = read_json(Path(path))
     if not isinstance(data, dict) or data.get("format") != MACHINE_FORMAT or data.get("version") != MACHINE_VERSION:
         raise ModelError(f'{path}: not a machine file (expected "format": "{MACHINE_FORMAT}", "version": 1)')
-    fields = data.get("machine")
-    if not isinstance(fields, dict):
+    given = data.get("machine")
+    if not isinstance(given, dict):
         raise ModelError(f"{path}: 'machine' must be a JSON object of the machine's fields")
     known = set(Machine.__dataclass_fields__)
-    unknown = sorted(set(fields) - known)
+    unknown = sorted(set(given) - known)
     if unknown:
         raise ModelError(f"{path}: unknown machine field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
     kinds = {"name": str, "description": str, "devices_per_node": int}
     values: dict[str, object] = {}
-    for key, value in fields.items():
+    for key, value in given.items():
         if key == "calibration":
             if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
                 raise ModelError(f"{path}: 'calibration' must be an object of numbers")
@@ -226,7 +275,8 @@ def read_machine(path: str) -> Machine:
         elif not isinstance(value, kinds.get(key, (int, float))) or isinstance(value, bool):
             raise ModelError(f"{path}: machine field {key!r} has the wrong type ({value!r})")
         values[key] = value
-    missing = sorted(k for k in ("name", "peak_tflops", "memory_gb", "hbm_gbps", "devices_per_node") if k not in values)
+    needed = [f.name for f in fields(Machine) if f.default is MISSING]
+    missing = sorted(k for k in needed if k not in values)
     if missing:
         raise ModelError(f"{path}: the machine lacks {', '.join(missing)}")
     try:
@@ -234,8 +284,6 @@ def read_machine(path: str) -> Machine:
     except ModelError as exc:
         raise ModelError(f"{path}: {exc}") from None
     if machine.calibration:
-        from stratopt.planning.predict import calibration_of
-
         try:
             calibration_of(machine)
         except (ModelError, TypeError) as exc:
@@ -245,8 +293,6 @@ def read_machine(path: str) -> Machine:
 
 def write_machine(machine: Machine, path: str) -> None:
     """Write ``machine`` as a machine file that :func:`get_machine` reads back."""
-    import json
-
     data = {"format": MACHINE_FORMAT, "version": MACHINE_VERSION, "machine": machine.to_dict()}
     try:
         with open(path, "w") as fh:

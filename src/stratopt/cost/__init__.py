@@ -5,28 +5,9 @@ profile (``pase``: PaSE's formulas in its units, :mod:`.pase`; ``default``: micr
 machine, :mod:`.default`) and returns a :class:`Costing`.
 """
 
-from stratopt.cost.costing import (
-    DEFAULT_MACHINES,
-    DEFAULT_PROCS,
-    DEFAULT_PROFILE,
-    PROFILES,
-    Costing,
-    build,
-    config_label,
-    default_machine,
-)
+from stratopt.cost import costing
+from stratopt.cost.costing import *  # noqa: F403 (the names its __all__ lists, gathered here)
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
 
-__all__ = [
-    "DEFAULT_MACHINES",
-    "DEFAULT_PROCS",
-    "DEFAULT_PROFILE",
-    "PROFILES",
-    "Costing",
-    "DefaultProfile",
-    "PaseProfile",
-    "build",
-    "config_label",
-    "default_machine",
-]
+__all__ = [*costing.__all__, "DefaultProfile", "PaseProfile"]

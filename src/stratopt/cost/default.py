@@ -18,11 +18,11 @@ Per training step and per device, in microseconds:
   activations (kept for the backward pass), in bytes; it becomes the usage constraint when a
   memory limit is given.
 
-On a calibrated machine (one with a fitted :class:`~stratopt.planning.predict.Calibration`, such
+On a calibrated machine (one with a fitted :class:`~stratopt.machine.Calibration`, such
 as the ``h100`` preset) the same operators are priced as the step predictor prices them, with the
 fitted parameters in place of the datasheet's: a product of ``w`` flops per device takes
 ``(w + gemm_half) / (gemm_efficiency x peak)`` (small products do not reach the peak); products
-marked ``fused_attention`` (FlashAttention, :mod:`stratopt.planning.decoder`) run the causal half
+marked ``fused_attention`` (FlashAttention, :mod:`stratopt.graph.decoder`) run the causal half
 at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomputes the scores),
 and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
 of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
@@ -56,7 +56,7 @@ from stratopt.cost.common import (
     weight_tile,
 )
 from stratopt.graph.ir import Operator
-from stratopt.machine import Machine
+from stratopt.machine import Machine, calibration_of
 
 __all__ = ["DefaultProfile"]
 
@@ -87,8 +87,6 @@ class DefaultProfile(EdgePricing):
         self.attention_flops, self.gemm_half = self.flops, 0.0
         self.op_overhead = self.overlap = self.step_overhead = 0.0
         if self.calibrated:
-            from stratopt.planning.predict import calibration_of
-
             c = calibration_of(machine)
             peak = machine.peak_tflops * 1e12
             self.flops, self.gemm_half = peak * c.gemm_efficiency, c.gemm_half_gflop * 1e9

@@ -20,7 +20,7 @@ from typing import Any
 
 from stratopt.errors import CrossCheckError, ModelError
 from stratopt.problem import Number, StrategyProblem, evaluate
-from stratopt.solvers import solve
+from stratopt.solvers import registry, solve
 from stratopt.solvers.base import Result, Solver, Status
 from stratopt.solvers.brute import SMALL_SPACE
 from stratopt.solvers.registry import available, get
@@ -81,7 +81,6 @@ def solver_names(text: str | None, problem: StrategyProblem) -> list[str]:
     >>> solver_names("dp, greedy", load_problem("example"))
     ['dp', 'greedy']
     """
-    from stratopt.solvers import registry
 
     names = default_solvers(problem) if text is None else [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in registry.names()]

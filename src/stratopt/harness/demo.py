@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from stratopt import report
+from stratopt import plots, report
 from stratopt.cost import build
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
@@ -39,8 +39,6 @@ def demo(network: str = "vgg19", procs: int = 8, plot: str | None = "stratopt-de
     if best.assignment is not None:
         report.print_explain(costing.explain(best.assignment), costing.units)
     if plot is not None:
-        from stratopt import plots
-
         optima = [(p, solve(build(graph, p).problem, "dp").objective) for p in (1, 2, 4, 8, 16, 32, 64)]
         points = [(p, float(c)) for p, c in optima if c is not None]
         title = f"{graph.name}: optimal strategy cost vs devices (H100)"

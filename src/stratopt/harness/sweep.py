@@ -26,7 +26,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from stratopt import plots
+from stratopt.cost import build
+from stratopt.errors import ModelError, SolverUnavailableError
+from stratopt.graph.ir import Graph
 from stratopt.harness import REL_TOL
+from stratopt.instances import load_instance
+from stratopt.placement import to_problem
+from stratopt.problem import StrategyProblem
+from stratopt.solvers import solve
 
 __all__ = ["Task", "grid", "run_sweep", "run_task", "summarise"]
 
@@ -53,8 +61,6 @@ def grid(
     time_limit: float | None = None,
 ) -> list[Task]:
     """Every combination, instance-major (a problem file gets one task per solver, not per p)."""
-    from stratopt.graph.ir import Graph
-    from stratopt.instances import load_instance
 
     tasks = []
     for inst in instances:
@@ -67,11 +73,6 @@ def grid(
 
 def run_task(task: Task) -> dict[str, Any]:
     """Solve one task; never raises (a failure is the record's ``"error"``)."""
-    from stratopt.cost import build
-    from stratopt.graph.ir import Graph
-    from stratopt.instances import load_instance
-    from stratopt.problem import StrategyProblem
-    from stratopt.solvers import solve
 
     record: dict[str, Any] = asdict(task)
     try:
@@ -85,8 +86,6 @@ def run_task(task: Task) -> dict[str, Any]:
         elif isinstance(loaded, StrategyProblem):
             problem = loaded
         else:
-            from stratopt.placement import to_problem
-
             problem = to_problem(loaded)
         record.update(
             vertices=problem.num_vertices,
@@ -126,8 +125,6 @@ def _ray(tasks: Sequence[Task], _workers: int) -> Iterator[dict[str, Any]]:
     try:
         import ray
     except ImportError:
-        from stratopt.errors import SolverUnavailableError
-
         raise SolverUnavailableError("the ray executor needs Ray: pip install 'stratopt[ray]'") from None
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
@@ -156,7 +153,6 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run the tasks, write ``results.jsonl``, ``results.md`` and the plots under ``out_dir``, and
     return the records in task order."""
-    from stratopt.errors import ModelError
 
     if executor not in _EXECUTORS:
         raise ModelError(f"unknown executor {executor!r}; choose from: {', '.join(_EXECUTORS)}")
@@ -270,7 +266,6 @@ def summarise(records: Sequence[dict[str, Any]]) -> str:
 
 
 def _plot(records: Sequence[dict[str, Any]], out: Path) -> None:
-    from stratopt import plots
 
     ok = [r for r in records if r.get("objective") is not None]
     plots.time_vs_size(ok, out / "time_vs_size.png")

@@ -12,19 +12,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from stratopt.cost import DEFAULT_PROCS, DEFAULT_PROFILE, Costing, build
 from stratopt.errors import ModelError
+from stratopt.graph.decoder import decoder_graph
 from stratopt.graph.io import graph_from_dict, is_graph_dict
 from stratopt.graph.ir import Graph
+from stratopt.importers import from_onnx
 from stratopt.instances.catalogue import BUILTIN, resolve
 from stratopt.instances.entry_points import is_entry_point, load_entry_point
+from stratopt.placement import to_problem
 from stratopt.placement.instance import PlacementInstance, is_placement_dict, placement_from_dict
 from stratopt.problem import StrategyProblem, from_iopddl_dict, read_json
-
-if TYPE_CHECKING:
-    from stratopt.cost import Costing
-
 
 _ENTRY_GRAPHS: dict[str, Graph] = {}  # an entry point's graph, imported once per command
 
@@ -51,8 +50,6 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
     """
     text = os.fspath(instance)
     if text not in BUILTIN and not Path(text).exists() and text.startswith(("mpt:", "gpt:")):
-        from stratopt.planning.decoder import decoder_graph
-
         return decoder_graph(text)
     if text not in BUILTIN and not Path(text).exists() and is_entry_point(text):
         if text not in _ENTRY_GRAPHS:  # a command may ask twice; a 70B model imports once
@@ -60,8 +57,6 @@ def load_instance(instance: str | os.PathLike[str]) -> StrategyProblem | Graph |
         return _ENTRY_GRAPHS[text]
     text, path = resolve(instance)
     if path.suffix.lower() == ".onnx":
-        from stratopt.importers import from_onnx
-
         return from_onnx(path)
     data = read_json(path)
     if isinstance(data, dict) and "problem" in data:
@@ -89,8 +84,6 @@ def load_problem(instance: str | os.PathLike[str]) -> StrategyProblem:
     """
     loaded = load_instance(instance)
     if isinstance(loaded, PlacementInstance):
-        from stratopt.placement import to_problem
-
         return to_problem(loaded)
     if isinstance(loaded, Graph):
         raise ModelError(f"{os.fspath(instance)}: an operator graph; price it first (stratopt.cost.build or --procs)")
@@ -125,8 +118,6 @@ def load_priced(
     :class:`ModelError` naming them. ``say`` receives a line on what was priced (a network) or
     how a placement job is read (its additive view).
     """
-    from stratopt.cost import DEFAULT_PROCS, DEFAULT_PROFILE, build
-
     loaded = load_instance(instance)
     if not isinstance(loaded, Graph):
         given = [

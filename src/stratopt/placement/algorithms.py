@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import CrossCheckError, ModelError, SolverError
+from stratopt.placement.cpsat import cpsat_placement
 from stratopt.placement.instance import PlacementInstance
 from stratopt.placement.list_scheduling import etf, heft, memory_use, tf_greedy
 from stratopt.placement.schedule import Schedule, check_schedule, jct, simulate
 from stratopt.placement.submodular import submodular_greedy
 from stratopt.problem import StrategyProblem
+from stratopt.solvers import solve_auto
 from stratopt.solvers.base import Limit, Status
 
 __all__ = ["ALGORITHMS", "Placement", "lower_bound", "place", "to_problem"]
@@ -164,8 +166,6 @@ def _plan(
             p[r.node] = r.device
         return p, None, {"rounds": rounds}
     if algorithm == "additive":
-        from stratopt.solvers import solve_auto
-
         result = solve_auto(to_problem(instance), time_limit=time_limit, seed=seed)
         stats = {"additive_objective": result.objective, "solver": result.solver, "status": result.status}
         return None if result.assignment is None else list(result.assignment), None, stats
@@ -211,8 +211,6 @@ def place(
     limit: Limit | None = Limit.HEURISTIC
     bound: float | None = None
     if algorithm == "cpsat":
-        from stratopt.placement.cpsat import cpsat_placement
-
         candidates = [tf_greedy(instance), heft(instance)]
         with contextlib.suppress(ModelError):
             candidates.append(etf(instance))

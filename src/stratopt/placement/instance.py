@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError
+from stratopt.problem import read_json
 
 __all__ = [
     "FORMAT",
@@ -372,7 +373,6 @@ def placement_from_dict(data: Any, *, source: str = "placement") -> PlacementIns
 
 def read_placement(path: str | os.PathLike[str]) -> PlacementInstance:
     """Read a placement instance file (``.json`` or ``.json.gz``)."""
-    from stratopt.problem import read_json
 
     p = Path(path)
     return placement_from_dict(read_json(p), source=os.fspath(path))

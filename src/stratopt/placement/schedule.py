@@ -22,7 +22,6 @@ import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -46,15 +45,6 @@ class Schedule:
     @property
     def makespan(self) -> float:
         return max(self.end) if self.end else 0.0
-
-    def events(self, instance: PlacementInstance) -> list[Any]:
-        """The schedule as :class:`stratopt.sim.Event` rows (for traces and Gantt charts), by start."""
-        from stratopt.sim.trace import Event
-
-        return [
-            Event(instance.nodes[j], "task", instance.devices[self.placement[j]].name, self.start[j], self.end[j])
-            for j in sorted(range(len(self.start)), key=lambda j: (self.start[j], j))
-        ]
 
     def order(self, num_devices: int) -> list[list[int]]:
         """Each device's nodes by start time (then end time, then index)."""

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.problem import StrategyProblem, evaluate
+from stratopt.solvers import solve
 
 
 def strategy_memory(costing: Any, assignment: tuple[int, ...]) -> float:
@@ -18,7 +19,6 @@ def strategy_memory(costing: Any, assignment: tuple[int, ...]) -> float:
 
 
 def exact_dp(problem: StrategyProblem, time_limit: float | None) -> tuple[tuple[int, ...], float] | None:
-    from stratopt.solvers import solve
 
     result = solve(problem, "dp", time_limit=time_limit)
     if result.assignment is None or result.status.value != "optimal":

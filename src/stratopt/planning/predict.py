@@ -26,13 +26,13 @@ recomputed forward.
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from stratopt.errors import ModelError
-from stratopt.machine import Machine, get_machine
+from stratopt.graph.decoder import Decoder, parse_decoder
+from stratopt.machine import Calibration, Machine, calibration_of, get_machine
 
 __all__ = ["STRATEGIES", "Calibration", "Decoder", "Prediction", "Run", "calibration_of", "parse_decoder", "predict"]
 
@@ -45,106 +45,6 @@ STRATEGIES = ("fsdp", "zero2", "ddp", "megatron-tpT")
 #: two) and outside the blocks (embedding, output projection): those of the decoder's graph, each
 #: of which costs ``op_overhead_us`` per pass where FSDP shards its weights.
 BLOCK_OPERATORS, OUTER_OPERATORS = 4, 2
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """A machine's free parameters (fractions of its datasheet figures, and a few sizes).
-
-    ``gemm_efficiency``: the fraction of the peak that large matrix products reach;
-    ``gemm_half_gflop``: the work (GFLOP per device) at which a product reaches half of that;
-    ``attention_efficiency``: the fused attention kernel's fraction of the peak;
-    ``hbm_efficiency``: the fraction of HBM bandwidth memory-bound operators reach;
-    ``network_efficiency``: the fraction of link bandwidth collectives reach;
-    ``overlap``: the fraction of the compute that communication can hide under;
-    ``step_overhead_ms``: a fixed cost per step (the data loader, logging);
-    ``op_overhead_us``: a fixed cost per product and pass where FSDP shards the weights (its hooks
-    around each module: gathers launched and awaited, shards freed); what keeps small models far
-    from the peak in the measured runs, which all shard.
-    Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
-    fits it within.
-    """
-
-    gemm_efficiency: float = field(default=0.7, metadata={"fit": (0.2, 1.0)})
-    # cuBLAS reaches half its large-product rate on products of a few GFLOP; the bound keeps the
-    # fit from trading this curve against the per-operator overhead, which the rows cannot tell apart.
-    gemm_half_gflop: float = field(default=1.0, metadata={"fit": (0.001, 20.0)})
-    attention_efficiency: float = field(default=0.4, metadata={"fit": (0.05, 1.0)})
-    hbm_efficiency: float = field(default=0.7, metadata={"fit": (0.1, 1.0)})
-    network_efficiency: float = field(default=0.7, metadata={"fit": (0.05, 1.0)})
-    overlap: float = field(default=0.8, metadata={"fit": (0.0, 1.0)})
-    step_overhead_ms: float = field(default=5.0, metadata={"fit": (0.0, 500.0)})
-    op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-                raise ModelError(f"calibration: {f.name} must be a number, got {value!r}")
-            if value < 0 or (f.name.endswith(("efficiency", "overlap")) and value > 1):
-                raise ModelError(f"calibration: {f.name} must lie in [0, 1] (or be non-negative), got {value!r}")
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-
-def calibration_of(machine: Machine) -> Calibration:
-    """The machine's calibration (a machine file's fitted one, or the defaults)."""
-    return Calibration(**dict(machine.calibration))
-
-
-@dataclass(frozen=True)
-class Decoder:
-    """A decoder-only transformer: ``layers`` blocks of attention (``heads`` heads) and an MLP of
-    ``mlp_ratio * d_model``, no biases, the input and output embeddings tied (MPT's block)."""
-
-    name: str
-    layers: int
-    d_model: int
-    heads: int
-    vocab: int
-    mlp_ratio: float = 4.0
-
-    @property
-    def block_params(self) -> float:
-        return self.layers * (4 + 2 * self.mlp_ratio) * self.d_model**2
-
-    @property
-    def params(self) -> float:
-        return self.block_params + self.vocab * self.d_model
-
-
-_SHAPE = re.compile(r"^(?P<kind>mpt|gpt):(?P<args>.+)$")
-
-
-def parse_decoder(text: str) -> Decoder:
-    """``mpt:layers=32,d_model=4096,heads=32,vocab=50368`` (``gpt:`` takes the same keys;
-    ``mlp_ratio`` is optional, default 4).
-
-    >>> parse_decoder("mpt:layers=32,d_model=4096,heads=32,vocab=50368").params / 1e9
-    6.648758272
-    """
-    match = _SHAPE.match(text.strip())
-    if match is None:
-        raise ModelError(f"{text!r}: expected a decoder shape such as mpt:layers=32,d_model=4096,heads=32,vocab=50368")
-    values: dict[str, float] = {}
-    for item in match["args"].split(","):
-        key, _, value = item.partition("=")
-        try:
-            values[key.strip()] = float(value)
-        except ValueError:
-            raise ModelError(f"{text!r}: {item.strip()!r} is not key=number") from None
-    need = ("layers", "d_model", "heads", "vocab")
-    unknown = sorted(set(values) - {*need, "mlp_ratio"})
-    missing = [k for k in need if k not in values]
-    if unknown or missing:
-        raise ModelError(f"{text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)}")
-    ints = {k: int(values[k]) for k in need}
-    if any(ints[k] != values[k] or ints[k] < 1 for k in need) or ints["d_model"] % ints["heads"]:
-        raise ModelError(
-            f"{text!r}: layers, d_model, heads and vocab must be positive integers, heads dividing d_model"
-        )
-    return Decoder(match["kind"], mlp_ratio=values.get("mlp_ratio", 4.0), **ints)
 
 
 @dataclass(frozen=True)

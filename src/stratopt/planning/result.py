@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stratopt.planning.cluster import Cluster
+from stratopt.planning.export import ExportedPlan
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,8 @@ class Strategy:
     objective: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "estimate": self.estimate,
-            "objective": self.objective,
-            "simulated": self.simulated,
-            "memory": self.memory,
-            "fits": self.fits,
-            "note": self.note,
-            "layers": list(self.layers),
-            "assignment": None if self.assignment is None else list(self.assignment),
-        }
+        """Every field, tuples as lists (JSON's own)."""
+        return {f.name: _listed(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,6 @@ class PlanResult:
     def export(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as JSON keyed by operator (module) name, each split as mesh dimensions
         (:mod:`stratopt.planning.export`; read back with :func:`~stratopt.planning.load_plan`)."""
-        from stratopt.planning.export import ExportedPlan
 
         ExportedPlan.of(self).write(path)
 
@@ -108,3 +99,7 @@ class PlanResult:
             "speedup": self.speedup(),
             "simulated_faster": [b.name for b in self.simulated_faster()],
         }
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
+from stratopt.problem import FORBIDDEN
 
 __all__ = ["ModulePlacement", "find_mesh", "mesh_shapes", "module_placements", "restricted_costs", "style"]
 
@@ -57,16 +58,10 @@ class ModulePlacement:
     held: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "operator": self.operator,
-            "tp": self.tp,
-            "fsdp": self.fsdp,
-            "input": self.input,
-            "output": self.output,
-            "params": list(self.params),
-            "collectives": self.collectives,
-            "held_elements": self.held,
-        }
+        """The export's entry for the module (keyed by its name there): every other field, the
+        parameters as a list and ``held`` as ``held_elements``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("module", "held")}
+        return {**out, "params": list(self.params), "held_elements": self.held}
 
 
 def mesh_shapes(devices: int, gpus_per_node: int) -> list[tuple[int, int]]:
@@ -104,8 +99,6 @@ def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
     """The node costs with every configuration DTensor cannot run on a ``dp x tp`` mesh forbidden
     (None where some operator has none left)."""
     import numpy as np
-
-    from stratopt.problem import FORBIDDEN
 
     batches = batch_axes(costing.graph)
     out = []

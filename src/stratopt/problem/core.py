@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -332,12 +333,14 @@ class StrategyProblem:
                 s, e = pair
                 if isinstance(s, bool) or isinstance(e, bool) or int(s) != s or int(e) != e:
                     raise TypeError
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite bound
                 raise ModelError(
                     f"vertex {self.vertex_label(v)}: interval must be two integers [start, end], got {pair!r}"
                 ) from None
             if s > e:
                 raise ModelError(f"vertex {self.vertex_label(v)}: interval [{s}, {e}) is reversed (start after end)")
+            if not -(2**62) <= s <= e <= 2**62:  # time points are 64-bit integers, with room for their sums
+                raise ModelError(f"vertex {self.vertex_label(v)}: interval [{s}, {e}) lies beyond +-2**62")
             iv[v] = (s, e)
         self._intervals = _readonly(iv)
 
@@ -446,23 +449,12 @@ class StrategyProblem:
         """``(m, 2)`` read-only array of edge endpoints, in input order."""
         return self._edges
 
-    # Flat (CSR-like) storage for vectorised solvers: entry c of vertex v is flat[off[v] + c];
-    # entry (a, b) of edge e is flat[off[e] + a * K_v + b].
-    @property
-    def node_offsets(self) -> np.ndarray:
-        return self._node_off
-
-    @property
-    def node_flat(self) -> np.ndarray:
-        return self._node_flat
-
-    @property
-    def edge_offsets(self) -> np.ndarray:
-        return self._edge_off
-
-    @property
-    def edge_flat(self) -> np.ndarray:
-        return self._edge_flat
+    # Flat (CSR-like) storage for vectorised solvers, read-only: entry c of vertex v is
+    # node_flat[node_offsets[v] + c]; entry (a, b) of edge e is edge_flat[edge_offsets[e] + a * K_v + b].
+    node_offsets = property(attrgetter("_node_off"))
+    node_flat = property(attrgetter("_node_flat"))
+    edge_offsets = property(attrgetter("_edge_off"))
+    edge_flat = property(attrgetter("_edge_flat"))
 
     # -- usage ---------------------------------------------------------------------------------
 

@@ -7,8 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from stratopt.errors import ModelError, NoSolutionError
+from stratopt.placement import jct, simulate
+from stratopt.placement.instance import read_placement_map
+from stratopt.problem import parse_assignment
 from stratopt.sim.search import start_strategy
-from stratopt.sim.trace import events, simulate_strategy, write_timeline
+from stratopt.sim.trace import events, schedule_events, simulate_strategy, write_timeline
+from stratopt.solvers import solve
 
 __all__ = ["simulate_job", "simulate_network"]
 
@@ -28,8 +32,6 @@ def simulate_network(
     summary; writes ``trace`` and ``gantt`` (a line each to ``notes``). Raises
     :class:`NoSolutionError` when the solver finds no strategy.
     """
-    from stratopt.problem import parse_assignment
-    from stratopt.solvers import solve
 
     if strategy is not None and solver is not None:
         raise ModelError("give --strategy or --solver, not both")
@@ -59,12 +61,10 @@ def simulate_job(
     """Simulate a placement job under a node -> device map (a file or ``place --json`` output):
     ``{"makespan", "jct", "policy", "tasks"}``, ``policy`` ``order`` when the map gives each
     device's order, else ``dispatch`` (in order of readiness); writes ``trace`` and ``gantt``."""
-    from stratopt.placement import jct, simulate
-    from stratopt.placement.instance import read_placement_map
 
     placement, order = read_placement_map(inst, placement_map)
     schedule = simulate(inst, placement, order)
-    rows = schedule.events(inst)
+    rows = schedule_events(inst, schedule)
     for line in write_timeline(rows, trace_file=trace, gantt_file=gantt, title=inst.name, units="time units"):
         (notes or (lambda _m: None))(line)
     tasks = [{"name": e.name, "device": e.resource, "start": e.start, "end": e.end} for e in rows]

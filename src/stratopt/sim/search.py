@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError
+from stratopt.problem import evaluate
 from stratopt.sim.engine import DeltaSimulator
+from stratopt.solvers import solve
 
 __all__ = ["SearchResult", "data_parallel", "mcmc", "start_strategy"]
 
@@ -49,7 +51,6 @@ class SearchResult:
     def to_dict(self, costing: Any, start: str) -> dict[str, Any]:
         """The ``search --json`` object: the start's and the best strategy's simulated time,
         additive cost and assignment, and the search's counts; ``start`` names where it began."""
-        from stratopt.problem import evaluate
 
         def strategy(assignment: tuple[int, ...], time: float) -> dict[str, Any]:
             cost = evaluate(costing.problem, assignment).objective
@@ -95,8 +96,6 @@ def start_strategy(costing: Any, how: str | Sequence[int], *, time_limit: float 
         if how == "data-parallel":
             return data_parallel(costing)
         if how == "dp":
-            from stratopt.solvers import solve
-
             result = solve(costing.problem, "auto", time_limit=time_limit)
             if result.assignment is None:
                 raise ModelError(f"{costing.graph.name}: the exact solver found no strategy to start from")

@@ -9,9 +9,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from stratopt.errors import CrossCheckError, ModelError
-from stratopt.sim.engine import Timeline
+from stratopt.placement.instance import PlacementInstance
+from stratopt.placement.schedule import Schedule
+from stratopt.plots import pyplot
+from stratopt.problem import evaluate
+from stratopt.sim.engine import Timeline, check_timeline, simulate_tasks
+from stratopt.sim.taskgraph import StrategyTasks
 
-__all__ = ["Event", "events", "gantt", "simulate_strategy", "summary", "write_chrome_trace", "write_timeline"]
+__all__ = [
+    "Event",
+    "events",
+    "gantt",
+    "schedule_events",
+    "simulate_strategy",
+    "summary",
+    "write_chrome_trace",
+    "write_timeline",
+]
 
 #: Colours of the Gantt chart by task kind.
 _COLOURS = {
@@ -35,6 +49,16 @@ class Event:
     resource: str
     start: float
     end: float
+
+
+def schedule_events(instance: PlacementInstance, schedule: Schedule) -> list[Event]:
+    """A placement job's schedule as rows (for traces and Gantt charts), by start."""
+    return [
+        Event(
+            instance.nodes[j], "task", instance.devices[schedule.placement[j]].name, schedule.start[j], schedule.end[j]
+        )
+        for j in sorted(range(len(schedule.start)), key=lambda j: (schedule.start[j], j))
+    ]
 
 
 def events(timeline: Timeline) -> list[Event]:
@@ -108,7 +132,6 @@ def write_chrome_trace(rows: Sequence[Event], path: str | os.PathLike[str], *, u
 
 def gantt(rows: Sequence[Event], path: str | os.PathLike[str], *, title: str, units: str = "us") -> None:
     """A Gantt chart PNG: one row per device (and per busy link), bars coloured by task kind."""
-    from stratopt.plots import pyplot
 
     resources: list[str] = []
     for ev in rows:
@@ -168,10 +191,6 @@ def simulate_strategy(costing: Any, assignment: Sequence[int]) -> tuple[Timeline
     True
     """
     import time
-
-    from stratopt.problem import evaluate
-    from stratopt.sim.engine import check_timeline, simulate_tasks
-    from stratopt.sim.taskgraph import StrategyTasks
 
     started = time.perf_counter()
     timeline = simulate_tasks(StrategyTasks(costing, assignment).graph)

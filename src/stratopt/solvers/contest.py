@@ -11,8 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stratopt.problem import evaluate
+import numpy as np
+
+from stratopt.problem import FORBIDDEN, evaluate, read_iopddl
 from stratopt.solvers.base import Status
+from stratopt.solvers.dispatch import solve_auto
 
 __all__ = ["answer"]
 
@@ -24,11 +27,8 @@ def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share
     prints the best answer so far and ends the process at once (exit 0 with one, 1 without).
     ``bound_share``: lagrange's share of the time for its linear relaxation (None: its default).
     """
-    from stratopt.instances import load_problem
-    from stratopt.solvers.dispatch import solve_auto
-
     start = time.perf_counter()
-    problem = load_problem(path)
+    problem = read_iopddl(path)
     loaded = time.perf_counter() - start
     # Leave room to print the answer: 5% of the budget and at least half a second.
     budget = timeout - loaded - max(0.5, 0.05 * timeout)
@@ -84,10 +84,6 @@ def least_usage(problem: Any) -> tuple[int, ...] | None:
     >>> least_usage(load_problem("example"))
     (0, 0, 0, 1, 0)
     """
-    import numpy as np
-
-    from stratopt.problem import FORBIDDEN
-
     n = problem.num_vertices
     around: list[list[tuple[int, int, bool]]] = [[] for _ in range(n)]
     for e, (u, w) in enumerate(problem.edges.tolist()):

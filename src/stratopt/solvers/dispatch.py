@@ -16,6 +16,8 @@ from stratopt.solvers import registry
 from stratopt.solvers.base import Limit, Result, Solver, Status
 from stratopt.solvers.brute import SMALL_SPACE
 from stratopt.solvers.driver import check
+from stratopt.solvers.lagrange import as_child
+from stratopt.solvers.registry import greedy_hint
 
 __all__ = ["mip_fits", "solve", "solve_auto", "solve_named"]
 
@@ -103,8 +105,6 @@ def solve_auto(
         say(f"{exact_name}: solving the presolved model (greedy gives the start)")
         hinted: dict[str, Any] = {}  # the solver's own default hint unless the caller holds answers
         if incumbent is not None:  # a caller that may be stopped early holds greedy's start first
-            from stratopt.solvers.registry import greedy_hint
-
             first = greedy_hint(problem)
             hinted["hint"] = first
             if first is not None and evaluate(problem, first).feasible:
@@ -173,7 +173,6 @@ class _Beside:
 def _beside_main(
     send: Any, problem: StrategyProblem, seconds: float, seed: int | None, options: dict[str, Any]
 ) -> None:
-    from stratopt.solvers.lagrange import as_child
 
     as_child()
     try:

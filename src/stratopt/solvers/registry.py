@@ -15,6 +15,7 @@ import numpy as np
 from stratopt.errors import SolverUnavailableError
 from stratopt.problem import StrategyProblem
 from stratopt.solvers.base import Solver
+from stratopt.solvers.greedy import Greedy
 
 __all__ = ["SolverInfo", "available", "get", "greedy_hint", "names"]
 
@@ -128,7 +129,6 @@ def get(name: str) -> Solver:
 def greedy_hint(problem: StrategyProblem) -> np.ndarray | None:
     """The formulations' default hint provider: greedy's assignment without a time limit (the
     window search needs one, so it does not run), or None when greedy finds none."""
-    from stratopt.solvers.greedy import Greedy
 
     res = Greedy().solve(problem)
     return None if res.assignment is None else np.asarray(res.assignment)

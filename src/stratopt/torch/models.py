@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from stratopt.importers.hf import llama as build
+from stratopt.torch.apply import _torch
+
 __all__ = ["llama", "mlp", "transformer"]
 
 
 def _nn() -> Any:
-    from stratopt.torch.apply import _torch
 
     return _torch().nn
 
@@ -99,6 +101,5 @@ def llama() -> tuple[Any, tuple[Any, ...]]:
     """Hugging Face's Llama (``transformers``) with 2 layers, hidden 1024, 8 query and 4 key/value
     heads, SwiGLU 4096, a vocabulary of 8000, and 8 sequences of 256 tokens: on 4 H100s its plan mixes
     tensor and data parallelism, and it runs on a CPU in seconds."""
-    from stratopt.importers.hf import llama as build
 
     return build(layers=2, hidden=1024, heads=8, kv_heads=4, ffn=4096, vocab=8000, batch=8, seq=256)

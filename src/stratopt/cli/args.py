@@ -1,4 +1,4 @@
-"""The ``stratopt`` command line's shared argument types and option groups (see :mod:`stratopt.cli`)."""
+"""The ``stratopt`` command line's shared argument types and option groups (see :mod:`stratopt.cli.parser`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A decoder shape (``mpt:`` / ``gpt:``) as an operator graph, for ``plan`` and ``solve``.
 
 ``mpt:layers=32,d_model=4096,heads=32,vocab=50368,seq=2048,batch=48`` is the decoder
-:func:`~stratopt.planning.predict.parse_decoder` reads plus the sequence length and the global
+:func:`parse_decoder` reads plus the sequence length and the global
 batch (sequences per step): ``batch`` sequences of ``seq`` tokens through an embedding, ``layers``
 pre-norm blocks (norm, one product for q, k and v, attention, output projection, residual add;
 norm, the MLP's two products with the activation fused into the first, residual add), a final norm, the
@@ -17,20 +17,85 @@ backward pass, as :func:`~stratopt.planning.predict.predict` does.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+from dataclasses import dataclass
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.graph.layers import GraphBuilder
-from stratopt.planning.predict import Decoder, parse_decoder
 
-__all__ = ["FUSED", "decoder_graph", "is_decoder_shape"]
+__all__ = ["FUSED", "Decoder", "build_decoder", "decoder_graph", "is_decoder_shape", "parse_decoder"]
 
 #: The attribute that marks an operator as part of a fused attention kernel: its role, ``scores``,
 #: ``softmax`` or ``context``.
 FUSED = "fused_attention"
 
 _RUN_KEYS = re.compile(r",\s*(seq|batch)\s*=\s*([^,]*)")
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A decoder-only transformer: ``layers`` blocks of attention (``heads`` heads) and an MLP of
+    ``mlp_ratio * d_model``, no biases, the input and output embeddings tied (MPT's block)."""
+
+    name: str
+    layers: int
+    d_model: int
+    heads: int
+    vocab: int
+    mlp_ratio: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "d_model", "heads", "vocab"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelError(f"decoder {self.name!r}: {name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise ModelError(f"decoder {self.name!r}: heads ({self.heads}) must divide d_model ({self.d_model})")
+        if not 0 < self.mlp_ratio < math.inf:
+            raise ModelError(f"decoder {self.name!r}: mlp_ratio must be a positive number, got {self.mlp_ratio!r}")
+
+    @property
+    def block_params(self) -> float:
+        return self.layers * (4 + 2 * self.mlp_ratio) * self.d_model**2
+
+    @property
+    def params(self) -> float:
+        return self.block_params + self.vocab * self.d_model
+
+
+_SHAPE = re.compile(r"^(?P<kind>mpt|gpt):(?P<args>.+)$")
+
+
+def parse_decoder(text: str) -> Decoder:
+    """``mpt:layers=32,d_model=4096,heads=32,vocab=50368`` (``gpt:`` takes the same keys;
+    ``mlp_ratio`` is optional, default 4).
+
+    >>> parse_decoder("mpt:layers=32,d_model=4096,heads=32,vocab=50368").params / 1e9
+    6.648758272
+    """
+    match = _SHAPE.match(text.strip())
+    if match is None:
+        raise ModelError(f"{text!r}: expected a decoder shape such as mpt:layers=32,d_model=4096,heads=32,vocab=50368")
+    values: dict[str, float] = {}
+    for item in match["args"].split(","):
+        key, _, value = item.partition("=")
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            raise ModelError(f"{text!r}: {item.strip()!r} is not key=number") from None
+    need = ("layers", "d_model", "heads", "vocab")
+    unknown = sorted(set(values) - {*need, "mlp_ratio"})
+    missing = [k for k in need if k not in values]
+    if unknown or missing:
+        raise ModelError(f"{text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'missing ' + ', '.join(missing)}")
+    ints = {k: int(values[k]) for k in need}
+    if any(ints[k] != values[k] or ints[k] < 1 for k in need) or ints["d_model"] % ints["heads"]:
+        raise ModelError(
+            f"{text!r}: layers, d_model, heads and vocab must be positive integers, heads dividing d_model"
+        )
+    return Decoder(match["kind"], mlp_ratio=values.get("mlp_ratio", 4.0), **ints)
 
 
 def is_decoder_shape(text: str) -> bool:
