@@ -452,3 +452,25 @@ def test_simulate_chooses_the_microbatches(capsys) -> None:
     assert out["microbatches"] in tried and tried == [1, 2, 4, 8, 16, 32, 64]  # alexnet's batch is 128
     assert main(["simulate", "alexnet", "-p", "4", "--microbatches", "auto"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_one_stage_prices_what_plan_prices() -> None:
+    """A pipeline of one stage is priced by the step model plan prices with (overlap taken over the
+    whole step, not operator by operator): the same estimate as the plan, below the additive objective
+    the stage search minimises; with --stages auto the pipeline is never slower than the plan, and
+    the plan run as M micro-batches costs M times its per-micro-batch time plus the step's constant."""
+    from stratopt.planning import plan, plan_pipeline
+    from stratopt.planning.pipelined import as_one_stage
+
+    result = plan("gpt", 1, 8, simulate=False)
+    constant = float(result.costing.profile.step_overhead)
+    one = search(result.costing.graph, 1, 8, stages=1)
+    assert one.estimate + constant == pytest.approx(result.plan.estimate, rel=1e-12)
+    assert one.estimate < one.objective - 1.0  # the two models differ here: the test tells them apart
+    auto = plan_pipeline(result.costing.graph, 1, 8, result.cluster.machine, stages="auto", beside=result)
+    assert auto["estimate"] <= result.plan.estimate * (1 + 1e-12)
+    assert auto["without_pipelining"] == pytest.approx(result.plan.estimate, rel=1e-12)
+    four = as_one_stage(result, 4)
+    assert four is not None and four.estimate + constant == pytest.approx(
+        result.costing.step_time(result.plan.assignment, 4), rel=1e-12
+    )

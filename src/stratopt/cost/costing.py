@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, output_bytes, replicas
+from stratopt.cost.common import VertexCosts, output_bytes, replicas, weight_tile
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
 from stratopt.errors import ModelError
@@ -94,7 +94,6 @@ class Costing:
     def held_weights(self, v: int, c: int) -> float:
         """Weight elements one device holds for operator ``v`` in configuration ``c``: its tile,
         divided over the replicas that share it where the configuration shards it."""
-        from stratopt.cost.common import replicas, weight_tile
 
         op, config = self.graph.operators[v], self.configs[v][c : c + 1]
         tile = float(weight_tile(op, config)[0])
@@ -110,13 +109,25 @@ class Costing:
         exposed communication (:meth:`VertexCosts.exposed`), the problem's node costs."""
         return [np.asarray(self.problem.node_cost(v), dtype=np.float64) for v in range(self.problem.num_vertices)]
 
-    def step_time(self, assignment: Sequence[int]) -> float:
+    def step_time(self, assignment: Sequence[int], microbatches: int = 1) -> float:
         """The step time of ``assignment`` with communication overlapped as frameworks overlap it:
-        the compute, the communication that lies on the critical path (activations' reductions,
-        re-layouts between operators), the weight gathers beyond ``overlap`` of the compute, the
-        gradient reductions beyond ``overlap`` of the backward pass, and the profile's constant
-        per step. Never above the problem's objective plus that constant (which hides per
-        operator, :meth:`node_costs`), and equal to it where nothing overlaps."""
+        ``microbatches`` times :meth:`stage_time` (gradient accumulation: each micro-batch's compute,
+        the communication on its critical path and the weight gathers beyond ``overlap`` of its
+        compute) plus the profile's constant per step. The one model of a step: ``plan`` prices
+        every strategy with it, and a pipeline prices its stages with :meth:`stage_time`, so a
+        pipeline of one stage costs what the same strategy costs unpipelined. Never above the
+        problem's objective plus that constant (which hides per operator, :meth:`node_costs`) for
+        one micro-batch, and equal to it where nothing overlaps."""
+        constant = float(getattr(self.profile, "step_overhead", 0.0))
+        return microbatches * self.stage_time(assignment, microbatches) + constant
+
+    def stage_time(self, assignment: Sequence[int], microbatches: int = 1) -> float:
+        """One micro-batch of ``microbatches`` through the whole graph (a pipeline stage's own, or
+        a step's share): the compute, the communication that lies on the critical path
+        (activations' reductions, re-layouts between operators), the weight gathers beyond
+        ``overlap`` of the compute (FSDP gathers for every micro-batch), and ``1 / microbatches`` of
+        the gradient reductions beyond ``overlap`` of the backward pass (they run once a step,
+        under the last micro-batch's backward pass); no constant per step."""
         # the edges (re-layouts) are the objective less the node costs; they lie on the critical path
         critical = float(evaluate(self.problem, assignment).objective)
         compute = backward = gathers = syncs = 0.0
@@ -128,8 +139,7 @@ class Costing:
             gathers, syncs = gathers + gather, syncs + sync
             critical += float(vc.comm[c]) - gather - sync - float(node[c])
         o = self.overlap
-        exposed = critical + max(0.0, gathers - o * compute) + max(0.0, syncs - o * backward)
-        return compute + exposed + float(getattr(self.profile, "step_overhead", 0.0))
+        return compute + critical + max(0.0, gathers - o * compute) + max(0.0, syncs - o * backward) / microbatches
 
     def is_recomputed(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` recomputes its outputs in the backward pass."""

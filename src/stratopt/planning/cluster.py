@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stratopt.cost import Costing, build
 from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph
 from stratopt.machine import Machine, get_machine
 
 
@@ -42,3 +44,12 @@ def cluster(nodes: int, gpus_per_node: int, machine: str | Machine = "h100") -> 
             raise ModelError(f"the number of {what} must be a positive integer, got {value!r}")
     base = get_machine(machine) if isinstance(machine, str) else machine
     return Cluster(int(nodes), int(gpus_per_node), dataclasses.replace(base, devices_per_node=int(gpus_per_node)))
+
+
+def price(graph: Graph, devices: int, machine: Machine, *, recompute: bool = False) -> Costing:
+    """``graph`` on ``devices`` devices of ``machine`` as planning prices it, the plan, its baselines
+    and every pipeline stage alike: the ``default`` profile, any block size down to one element
+    (data parallelism over as many devices as samples), and every product with replicated weights
+    also offered with its weight state sharded over the replicas (FSDP); with ``recompute``, every
+    operator also offered recomputing its outputs."""
+    return build(graph, devices, profile="default", machine=machine, cutoff=1, shard_weights=True, recompute=recompute)

@@ -22,6 +22,11 @@ spirit of Alpa's inter-operator pass:
   between stages, counted as a stage of its own) runs each micro-batch once, forward and backward,
   and the slowest one sets the pace: ``sum(times) + (M - 1) * max(times)``.
 
+The tables' times are additive (communication hidden operator by operator, which the DP needs);
+the stages the search picks are priced again by the one model of a step that ``plan`` prices every
+strategy with (:meth:`~stratopt.cost.Costing.stage_time`), and the plan's ``estimate`` is 1F1B's
+formula over those, its ``objective`` the search's own value.
+
 The search is a DP over (units placed, devices used) for every candidate bottleneck time T (each
 stage and transfer at most T, the sum least), taking the best ``sum + (M - 1) * T``; T runs over the
 stage and transfer times in increasing order and stops once ``(M - 1) * T`` alone exceeds the best
@@ -36,6 +41,7 @@ proven bound) for the stages where memory binds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -46,8 +52,18 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.planning.cluster import cluster
 from stratopt.planning.memory import under_memory
-from stratopt.planning.stages import PipelinePlan, Stage, crossing_bytes, group_sizes, transfer_time, unit_cuts
+from stratopt.planning.stages import (
+    PipelinePlan,
+    Stage,
+    crossing_bytes,
+    group_sizes,
+    one_f_one_b,
+    stage_costing,
+    transfer_time,
+    unit_cuts,
+)
 from stratopt.planning.units import StageCosts
+from stratopt.problem import evaluate
 
 
 def search(
@@ -154,21 +170,26 @@ def search(
         raise ModelError(f"{graph.name}: no pipeline of {what} on {p} devices fits {limit / 1e9:g} GB per device")
     _, layout = best
     plan_stages = []
-    transfers = []
+    transfers: list[float] = []
+    searched: list[float] = []  # the stages' additive times, as the search priced them
     used = 0
     for k, (i, j, g) in enumerate(layout):
         flight = min(len(layout) - k, microbatches)
         if binding:
-            t, assignment = fitted.strategy(i, j, g, flight)
+            additive, assignment = fitted.strategy(i, j, g, flight)
         else:
-            t, assignment = time[(i, j, g)], fitted.fastest(i, j, g)
-        plan_stages.append(Stage(cuts[i], cuts[j], g, t, assignment))
+            additive, assignment = time[(i, j, g)], fitted.fastest(i, j, g)
+        searched.append(additive)
+        # Found by the tables' additive times; priced, as plan prices every strategy, by the step model.
+        stage = Stage(cuts[i], cuts[j], g, 0.0, assignment)
+        per_micro = stage_costing(graph, stage, where.machine).stage_time(assignment, microbatches)
+        plan_stages.append(dataclasses.replace(stage, time=per_micro))
         used += g
         if k < len(layout) - 1:
             transfers.append(transfer(cuts[j], used))
-    times = [s.time for s in plan_stages] + transfers
-    estimate = sum(times) + (microbatches - 1) * max(times)
-    return PipelinePlan(tuple(plan_stages), tuple(transfers), microbatches, estimate, used)
+    return PipelinePlan(
+        tuple(plan_stages), tuple(transfers), microbatches, used, one_f_one_b(searched + transfers, microbatches)
+    )
 
 
 class _Fitted:
@@ -235,8 +256,6 @@ class _Fitted:
         key = (*self.cost.key(self.cost.cuts[i], self.cost.cuts[j], g), flight)
         found = self.alike.get(key)
         if found is None:
-            from stratopt.problem import evaluate
-
             problem = self.cost.problem(i, j, g)
             self.say(f"stage {i}..{j} on {g} devices, {flight} in flight: fitting {self.limit / 1e9:g} GB")
             base = [np.asarray(c, dtype=np.float64) for c in problem.node_costs]

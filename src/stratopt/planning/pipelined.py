@@ -4,17 +4,22 @@ it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
+from stratopt.cost.default import DefaultProfile
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
+from stratopt.machine import get_machine
 from stratopt.planning.microbatch import search_microbatches
 from stratopt.planning.pipeline import search
 from stratopt.planning.simulation import describe, simulate
+from stratopt.planning.stages import PipelinePlan, Stage
+from stratopt.sim.trace import events, write_timeline
 
-__all__ = ["parse_stages", "plan_pipeline", "whole_nodes"]
+__all__ = ["as_one_stage", "parse_stages", "plan_pipeline", "whole_nodes"]
 
 
 def parse_stages(stages: str | int | None) -> int | None:
@@ -70,7 +75,6 @@ def plan_pipeline(
     or its one step when the model's batch is cut (``auto``). ``progress`` receives the search's
     lines, ``notes`` (default: ``progress``) a line per file written.
     """
-    from stratopt.sim.trace import events, write_timeline
 
     count = parse_stages(stages)
     say = notes or progress or (lambda _msg: None)
@@ -82,6 +86,12 @@ def plan_pipeline(
         found = search(graph, nodes, gpus_per_node, microbatches=microbatches, progress=progress, **options)
     else:
         raise ModelError(f"micro-batches must be a positive integer or 'auto', got {microbatches!r}")
+    if beside is not None and count in (None, 1) and microbatches != "auto":
+        # One stage is the plan: its strategy over every device, as gradient accumulation.
+        one = as_one_stage(beside, found.microbatches)
+        if one is not None and one.estimate <= found.estimate:
+            say(f"{graph.name}: one stage, the plan's strategy, is the fastest pipeline")
+            found = one
     timeline, info = simulate(graph, found, machine, schedule)
     constant = _per_step(machine)  # outside the stages' work: once per iteration
     for line in write_timeline(events(timeline), trace_file=trace, gantt_file=gantt, title=f"{graph.name}: {schedule}"):
@@ -98,25 +108,28 @@ def plan_pipeline(
     if tried:
         out["tried"] = [{"microbatches": m, "estimate": None if e == math.inf else e + constant} for m, e in tried]
     if beside is not None:
-        single = _without_pipelining(beside, microbatches)
-        out["without_pipelining"] = None if single is None else single + constant
+        single = as_one_stage(beside, found.microbatches if microbatches != "auto" else 1)
+        out["without_pipelining"] = None if single is None else single.estimate + constant
     return out
 
 
 def _per_step(machine: Any) -> float:
     """The ``default`` profile's constant per step on ``machine`` (microseconds; 0 uncalibrated)."""
-    from stratopt.cost.default import DefaultProfile
-    from stratopt.machine import get_machine
 
     return float(DefaultProfile(get_machine(machine) if isinstance(machine, str) else machine).step_overhead)
 
 
-def _without_pipelining(result: Any, microbatches: int | str) -> float | None:
-    single = result.plan.objective  # priced as the pipeline's stages are: per operator, no constant per step
-    if single is not None and microbatches != "auto" and result.plan.assignment is not None:
-        m = int(microbatches)
-        phases = zip(result.costing.vertex_costs, result.plan.assignment, strict=True)
-        o = result.costing.overlap
-        sync = sum(float(c.exposed_sync(o)[a]) for c, a in phases)
-        single = m * single - (m - 1) * sync
-    return single
+def as_one_stage(result: Any, microbatches: int) -> PipelinePlan | None:
+    """``result``'s plan (a :class:`~stratopt.planning.PlanResult`) as a pipeline of one stage over
+    all its devices, running ``microbatches`` micro-batches (gradient accumulation), priced by the
+    step model as ``plan`` prices it; None where the plan has no strategy that fits."""
+    a = result.plan.assignment
+    if a is None or not result.plan.fits:
+        return None
+    costing = result.costing
+    stage = Stage(0, len(costing.graph), costing.policy.procs, costing.stage_time(a, microbatches), a)
+    stage = dataclasses.replace(stage, recompute=bool(costing.recomputed))
+    # The objective the stage search would give it: the additive times, the gradients' share once.
+    sync = sum(float(c.exposed_sync(costing.overlap)[x]) for c, x in zip(costing.vertex_costs, a, strict=True))
+    objective = microbatches * float(result.plan.objective) - (microbatches - 1) * sync
+    return PipelinePlan((stage,), (), microbatches, costing.policy.procs, objective)

@@ -44,14 +44,16 @@ import numpy as np
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
+from stratopt.instances import load_instance
 from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
-from stratopt.planning.cluster import cluster
+from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory, under_memory
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
 from stratopt.planning.words import describe_layers
 from stratopt.problem import evaluate
+from stratopt.sim.trace import simulate_strategy
 
 
 def plan(
@@ -77,8 +79,6 @@ def plan(
     >>> r.plan.fits and all(r.plan.estimate <= b.estimate + 1e-6 for b in r.baselines if b.fits and b.estimate)
     True
     """
-    from stratopt.cost import build
-    from stratopt.instances import load_instance
 
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
@@ -89,9 +89,7 @@ def plan(
     limit_gb = where.machine.memory_gb if memory_gb is None else float(memory_gb)
     if not limit_gb > 0:
         raise ModelError(f"the memory per device must be a positive number of GB, got {memory_gb!r}")
-    # Any block size down to one element: data parallelism over as many devices as samples.
-    options: dict[str, Any] = {"profile": "default", "machine": where.machine, "cutoff": 1, "shard_weights": True}
-    costing = build(graph, where.devices, **options)
+    costing = price(graph, where.devices, where.machine)
     say(costing.summary())
     limit = limit_gb * 1e9
     if expressible not in (None, "torch"):
@@ -106,7 +104,7 @@ def plan(
         # Memory binds: every operator may also recompute its outputs instead of keeping them. The
         # configurations double; the first half is as before (so is every baseline and the plan
         # found without recomputation, which stays a candidate), the bound is the larger space's.
-        costing = build(graph, where.devices, recompute=True, **options)
+        costing = price(graph, where.devices, where.machine, recompute=True)
         say(f"the fastest strategy needs more than {limit_gb:g} GB per device: recomputation offered per operator")
         again, _, bound = solve_under_memory(costing, limit, time_limit, say)
         answers = [a for a in (assignment, again) if a is not None]
@@ -125,8 +123,6 @@ def plan(
         memory = strategy_memory(costing, a)
         simulated = None
         if simulate:
-            from stratopt.sim.trace import simulate_strategy
-
             simulated = float(simulate_strategy(costing, a)[1]["iteration_time"]) + constant
         layers = tuple(describe_layers(graph, costing.configs, a, sharded, costing.is_recomputed))
         objective = float(evaluate(costing.problem, a).objective)

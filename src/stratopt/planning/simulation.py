@@ -7,16 +7,19 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost.common import layout
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.planning.stages import PipelinePlan, Stage, stage_graph
+from stratopt.machine import get_machine
+from stratopt.planning.stages import PipelinePlan, Stage, stage_costing
 from stratopt.planning.words import describe_layers
+from stratopt.sim.engine import check_timeline, simulate_tasks
+from stratopt.sim.taskgraph import KINDS, StrategyTasks, TaskGraph
 
 
 def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
     """(bytes per device of a stage's strategy: weights, gradients, optimizer state and one
     micro-batch's kept activations; the activations alone)."""
-    from stratopt.cost.common import layout
 
     dtype = costing.profile.dtype_bytes
     total = activations = 0.0
@@ -34,11 +37,8 @@ def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, floa
     weight-gradient synchronisation (forward ends when the last forward task does), and the sync's
     share is what it adds to the whole step's makespan (it overlaps the backward pass; a pipeline
     runs it once per iteration, after the stage's last backward)."""
-    from stratopt.cost import build
-    from stratopt.sim.engine import simulate_tasks
-    from stratopt.sim.taskgraph import KINDS, StrategyTasks
 
-    costing = build(stage_graph(graph, stage.start, stage.end), stage.devices, machine=machine, cutoff=1)
+    costing = stage_costing(graph, stage, machine)
     tasks = StrategyTasks(costing, stage.assignment).graph
     whole = simulate_tasks(tasks).makespan
     for t in tasks.tasks():  # the same step without the sync (it no longer competes for the links)
@@ -76,12 +76,8 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
     on their links, each stage's passes in ``schedule``'s order. Returns the timeline (for
     :func:`stratopt.sim.trace.events`, Chrome traces and Gantt charts) and a summary with
     ``iteration_time`` and the bubble fraction (the share of stage time spent idle)."""
-    from stratopt.sim.engine import check_timeline, simulate_tasks
-    from stratopt.sim.taskgraph import TaskGraph
 
     if isinstance(machine, str):
-        from stratopt.machine import get_machine
-
         machine = get_machine(machine)
     count = len(plan.stages)
     m_count = plan.microbatches
@@ -133,13 +129,11 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
     memory per device (weights, gradients, optimizer state, and the activations of every micro-batch
     1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k) and strategy
     (:func:`stratopt.planning.words.describe_layers`)."""
-    from stratopt.cost import build
 
     out = []
     count = len(plan.stages)
     for k, s in enumerate(plan.stages):
-        sub = stage_graph(graph, s.start, s.end)
-        costing = build(sub, s.devices, machine=machine, cutoff=1)
+        costing = stage_costing(graph, s, machine)
         total, activations = _stage_memory(costing, s.assignment)
         in_flight = min(count - k, plan.microbatches)  # 1F1B: forwards waiting for their backward
         out.append(
@@ -152,7 +146,9 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
                 "time": s.time,
                 "in_flight": in_flight,
                 "memory": total + (in_flight - 1) * activations,
-                "strategy": describe_layers(sub, costing.configs, s.assignment, lambda _v, _c: False),
+                "strategy": describe_layers(
+                    costing.graph, costing.configs, s.assignment, costing.is_sharded, costing.is_recomputed
+                ),
             }
         )
     return out

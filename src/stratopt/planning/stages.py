@@ -10,7 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost import Costing
+from stratopt.cost.costing import signature
 from stratopt.graph.ir import Graph, Input
+from stratopt.machine import Machine
+from stratopt.planning.cluster import price
 
 _US = 1e6
 
@@ -19,29 +23,47 @@ _US = 1e6
 class Stage:
     """Operators ``[start, end)`` of the graph on ``devices`` devices: per micro-batch ``time``
     (microseconds, gradient synchronisation counted 1 / M; the intra-operator optimum unless memory
-    binds) with ``assignment`` (configuration indices of the stage's own problem, :func:`stage_graph`)."""
+    binds) with ``assignment`` (configuration indices of the stage's own problem, :func:`stage_costing`;
+    ``recompute``: priced with recomputation offered per operator)."""
 
     start: int
     end: int
     devices: int
     time: float
     assignment: tuple[int, ...]
+    recompute: bool = False
 
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """Stages in order, the transfers between them (microseconds per micro-batch) and the 1F1B
-    iteration time ``estimate`` for ``microbatches`` micro-batches."""
+    """Stages in order, the transfers between them (microseconds per micro-batch), and 1F1B's
+    iteration time for ``microbatches`` micro-batches: ``estimate`` over the stages' step-model times
+    (:meth:`~stratopt.cost.Costing.stage_time`, as ``plan`` prices a strategy), ``objective`` over
+    the additive times the search minimised exactly (overlap taken operator by operator)."""
 
     stages: tuple[Stage, ...]
     transfers: tuple[float, ...]
     microbatches: int
-    estimate: float
     devices: int
+    objective: float
+
+    @property
+    def estimate(self) -> float:
+        return one_f_one_b([s.time for s in self.stages] + list(self.transfers), self.microbatches)
 
     @property
     def bottleneck(self) -> float:
         return max([s.time for s in self.stages] + list(self.transfers))
+
+
+def one_f_one_b(times: list[float], microbatches: int) -> float:
+    """1F1B's iteration time: every stage and transfer runs each micro-batch once, and the slowest
+    sets the pace.
+
+    >>> one_f_one_b([3.0, 1.0, 2.0], 4)
+    15.0
+    """
+    return sum(times) + (microbatches - 1) * max(times)
 
 
 def cut_points(graph: Graph) -> list[int]:
@@ -78,6 +100,12 @@ def stage_graph(graph: Graph, start: int, end: int) -> Graph:
     return Graph(f"{graph.name}[{start}:{end}]", tuple(out), graph.source, graph.cutoff)
 
 
+def stage_costing(graph: Graph, stage: Stage, machine: Machine) -> Costing:
+    """The stage's own problem: its operators (:func:`stage_graph`) on its devices, priced as planning
+    prices (:func:`~stratopt.planning.cluster.price`)."""
+    return price(stage_graph(graph, stage.start, stage.end), stage.devices, machine, recompute=stage.recompute)
+
+
 def crossing_bytes(graph: Graph, cut: int) -> float:
     """Bytes of the one tensor crossing ``cut`` (a :func:`cut_points` position), in bf16."""
     index = graph.index
@@ -110,7 +138,6 @@ def unit_cuts(graph: Graph, max_units: int | None) -> list[int]:
     cuts = cut_points(graph)
     if max_units is None or len(cuts) - 1 <= max_units:
         return cuts
-    from stratopt.cost.costing import signature
 
     keys = [hash(signature(op)) for op in graph.operators]
     content = [tuple(keys[a:b]) for a, b in itertools.pairwise(cuts)]

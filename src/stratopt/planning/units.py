@@ -8,9 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost.common import layout
+from stratopt.cost.costing import signature
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.problem import StrategyProblem
+from stratopt.planning.cluster import price
+from stratopt.problem import StrategyProblem, float_costs
+from stratopt.solvers import solve
+from stratopt.solvers.dp import marginal_table
 
 
 class StageCosts:
@@ -31,7 +36,6 @@ class StageCosts:
     """
 
     def __init__(self, graph: Graph, cuts: list[int], machine: Any, microbatches: int, time_limit: float | None):
-        from stratopt.cost.costing import signature
 
         self.graph = graph
         self.cuts = cuts
@@ -69,18 +73,13 @@ class StageCosts:
     def costing(self, g: int) -> Any:
         found = self._costings.get(g)
         if found is None:
-            from stratopt.cost import build
-
-            found = self._costings[g] = build(self.graph, g, machine=self.machine, cutoff=1)
+            found = self._costings[g] = price(self.graph, g, self.machine)
         return found
 
     def prices(self, g: int) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
         """(node costs per micro-batch, every edge's costs flat, activation bytes per choice)."""
         found = self._prices.get(g)
         if found is None:
-            from stratopt.cost.common import layout
-            from stratopt.problem import float_costs
-
             costing = self.costing(g)
             share = 1.0 - 1.0 / self.microbatches
             o = costing.overlap
@@ -174,7 +173,6 @@ class StageCosts:
                 u = self.edges[e][0]
                 if u in local:
                     pairs.append((local[u], local[v], self._matrix(g, e)))
-        from stratopt.solvers.dp import marginal_table
 
         keep = (local[self.sends[k]],) if source < 0 else (local[source], local[self.sends[k]])
         # Dominance pruning costs more than it saves on units this size (measured: GPT, 96 layers).
@@ -212,7 +210,6 @@ class StageCosts:
         if not self.chainable:
             if extra is None:
                 return self.solve(i, j, g)
-            from stratopt.solvers import solve
 
             priced = self.problem(i, j, g).replace(
                 node_costs=[self.node(g, v, extra) for v in range(self.cuts[i], self.cuts[j])]
@@ -279,8 +276,6 @@ class StageCosts:
         key = self.key(self.cuts[i], self.cuts[j], g)
         found = self._solved.get(key)
         if found is None:
-            from stratopt.solvers import solve
-
             result = solve(self.problem(i, j, g), "dp", time_limit=self.time_limit)
             if result.assignment is None or result.status.value != "optimal":
                 raise ModelError(
