@@ -304,6 +304,61 @@ def test_conv1d_is_a_convolution() -> None:
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
 
 
+class _DepthwiseConv(torch.nn.Conv2d):
+    """A subclass of nn.Conv2d outside torch.nn (as Hugging Face's EfficientNet writes its depthwise
+    convolution): torch.fx traces through it, so the model calls F.conv2d itself."""
+
+
+class _FunctionalConvs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.depthwise = _DepthwiseConv(8, 8, 5, stride=2, padding=2, groups=8)
+        self.same = _DepthwiseConv(8, 16, 3, padding="same")
+        self.weight = torch.nn.Parameter(torch.randn(4, 16, 1, 1))
+
+    def forward(self, x):
+        y = self.same(torch.relu(self.depthwise(x)))
+        return torch.nn.functional.conv2d(y, self.weight, stride=1)
+
+
+def test_convolutions_called_as_functions_are_priced() -> None:
+    """F.conv2d under torch.fx (a convolution subclass traced through, strided and depthwise, or
+    'same'; a model's own call with keyword arguments) imports as a convolution: every flop priced,
+    no unmapped-operator warning (an error here)."""
+    model, x = _FunctionalConvs(), torch.randn(2, 8, 16, 16)
+    graph = from_torch(model, (x,), name="functional-convs")
+    assert sum(op.op == "conv" for op in graph.operators) == 3
+    assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
+
+
+class _BigWindow(torch.nn.Module):
+    """EfficientNet's pooler: an average pool whose window is wider than the image (ceil_mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.AvgPool2d(64, ceil_mode=True)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.pool(self.conv(x)).flatten(1))
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_a_window_wider_than_the_image_pools_it_whole(tracer: str) -> None:
+    """A pooling window wider than the image pools the whole image (no unmapped-operator warning)."""
+    model, x = _BigWindow(), torch.randn(2, 3, 7, 7)
+    if tracer == "eager":
+        from stratopt.importers.common import emit
+        from stratopt.importers.trace import trace
+
+        graph = emit("big-window", trace(torch, model, (x,)))
+    else:
+        graph = from_torch(model, (x,), name="big-window")
+    pools = [op for op in graph.operators if op.op == "pool"]
+    assert len(pools) == 1 and pools[0].outputs[0].shape == (2, 8, 1, 1)
+
+
 class _ConstantOperand(torch.nn.Module):
     """Attention against fixed global tokens: an einsum whose second operand is a buffer."""
 

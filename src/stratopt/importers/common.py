@@ -247,9 +247,13 @@ def _emit_one(
             if h % oh or w % ow:
                 return None
             window = stride = (h // oh, w // ow)
-        return g.pooling(
-            tensors[0], _pair(window), stride=_pair(stride or window), pad=_pair(a.get("pad", 0)), name=_safe(n.name)
-        )
+        window, stride, pad = _pair(window), _pair(stride or window), _pair(a.get("pad", 0))
+        # A window wider than the padded image (a global pooling written as one big window, which
+        # ceil_mode lets PyTorch run) pools the whole image: the window it covers.
+        sides = [(min(k, size + 2 * q), q) for k, size, q in zip(window, tensors[0].shape[2:], pad, strict=True)]
+        if [k for k, _ in sides] != list(window) and n.shape[2:] == (1, 1):
+            window = stride = (sides[0][0], sides[1][0])
+        return g.pooling(tensors[0], window, stride=stride, pad=pad, name=_safe(n.name))
     if kind == "reduce_mean" and len(tensors) == 1:
         return g.reduce_mean(tensors[0], a.get("axes"), keepdims=a.get("keepdims", False), name=_safe(n.name))
     if kind == "add" and len(tensors) == 2 and tensors[0].shape == tensors[1].shape == n.shape:

@@ -221,6 +221,14 @@ def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]
         return Node(node.name, "einsum", ins, shape, {**attrs, "equation": args[0]})
     if fname == "embedding":
         return Node(node.name, "embedding", ins, shape, attrs)
+    if fname in ("conv1d", "conv2d"):
+        # F.conv2d called by the model's own code, or by a subclass of nn.Conv2d that fx traces
+        # through (Hugging Face's depthwise convolutions): the same operator as the module.
+        def arg(i: int, key: str, default: Any) -> Any:
+            return node.kwargs.get(key, args[i] if len(args) > i else default)
+
+        conv = {"stride": arg(3, "stride", 1), "pad": arg(4, "padding", 0), "dilation": arg(5, "dilation", 1)}
+        return Node(node.name, "conv", ins, shape, {**attrs, **conv, "groups": int(arg(6, "groups", 1))})
     return Node(node.name, "other", ins, shape, attrs)
 
 
