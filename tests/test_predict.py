@@ -14,7 +14,9 @@ from stratopt.cli import main
 from stratopt.errors import ModelError
 from stratopt.machine import get_machine, read_machine, write_machine
 from stratopt.planning.calibrate import calibrate, predict_rows, read_measurements, summarise
-from stratopt.planning.predict import Calibration, Run, calibration_of, parse_decoder, predict
+from stratopt.graph.decoder import parse_decoder
+from stratopt.machine import Calibration, calibration_of
+from stratopt.planning.predict import Run, predict
 
 from .conftest import IOPDDL_DIR
 
@@ -145,6 +147,12 @@ def test_h100_preset_matches_the_published_runs() -> None:
         ("layers", "3.5", "row 2 (line 3): column 'layers' must be an integer"),
         ("strategy", "zero9", "row 2 (line 3): column 'strategy': unknown strategy 'zero9'"),
         ("recompute", "maybe", "row 2 (line 3): column 'recompute' must be true or false"),
+        ("vocab", "-1", "row 2 (line 3): column 'vocab' must be a positive integer"),
+        ("seq_len", "0", "row 2 (line 3): column 'seq_len' must be a positive integer"),
+        ("micro_batch", "0", "row 2 (line 3): column 'micro_batch' must be a positive integer"),
+        ("gpus", "-8", "row 2 (line 3): column 'gpus' must be a positive integer"),
+        ("heads", "3", "row 2 (line 3): column 'heads' (3) must divide d_model (256)"),
+        ("tokens_per_s_per_gpu", "-5", "row 2 (line 3): column 'tokens_per_s_per_gpu' must be positive"),
     ],
 )
 def test_bad_measurements(tmp_path, capsys, column, value, message) -> None:
@@ -157,6 +165,43 @@ def test_bad_measurements(tmp_path, capsys, column, value, message) -> None:
     assert main(["predict", "--measurements", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and column in err[0]
+
+
+def test_bad_rows_never_reach_the_fit(tmp_path, capsys) -> None:
+    """calibrate checks every row before fitting: a vocabulary of -1 is one line naming the row and
+    the column (exit 2), not scipy's complaint about residuals."""
+    good = dict(zip(COLUMNS, ["m", 2, 256, 4, 1000, 512, 8, 8, "fsdp", "false", 4, 1, 1000], strict=True))
+    path = tmp_path / "bad.csv"
+    _write(path, [good, {**good, "vocab": "-1"}])
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 2 (line 3): column 'vocab'" in err[0]
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_fit_that_cannot_start_says_why(tmp_path, monkeypatch) -> None:
+    """Where a row's prediction is not finite at the start, the fit says which row, in one line."""
+    import stratopt.planning.calibrate as calibration
+
+    rows = read_measurements(str(_synthetic(tmp_path, Calibration())))
+    real = calibration.predict
+
+    def broken(model, run, machine):
+        p = real(model, run, machine)
+        return dataclasses.replace(p, tokens_per_s_per_gpu=float("nan")) if run.seq == 4096 else p
+
+    monkeypatch.setattr(calibration, "predict", broken)
+    with pytest.raises(ModelError, match=r"the fit cannot start: m2048 \(seq 4096"):
+        calibration.calibrate(rows, get_machine("h100"))
+
+
+def test_decoders_are_checked() -> None:
+    """A decoder of no layers, a negative vocabulary or heads that do not divide it is refused."""
+    from stratopt.graph.decoder import Decoder
+
+    for bad in ({"layers": 0}, {"vocab": -1}, {"heads": 5}, {"mlp_ratio": 0.0}):
+        with pytest.raises(ModelError):
+            Decoder(**{"name": "d", "layers": 2, "d_model": 64, "heads": 4, "vocab": 100, **bad})
 
 
 def test_missing_column(tmp_path) -> None:

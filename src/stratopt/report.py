@@ -460,7 +460,7 @@ def print_measured(out: dict[str, Any], title: str) -> None:
     by_model = ", ".join(f"{m} {rho:.2f}" for m, rho in out["spearman_by_model"].items() if rho is not None)
     print(
         f"median |error| {100 * out['median_abs_error']:.1f}%, 90th percentile {100 * out['p90_abs_error']:.1f}%, "
-        f"Spearman {out['spearman']:.3f} (within a model: {by_model or '-'})"
+        f"Spearman {'-' if out['spearman'] is None else format(out['spearman'], '.3f')} (within a model: {by_model or '-'})"
     )
 
 

@@ -4,7 +4,7 @@ A measurements file is CSV with one run per row and the columns of
 ``../shared/measurements/mpt-h100-bf16.csv``: ``model, layers, d_model, heads, vocab, seq_len,
 gpus, gpus_per_node, strategy, recompute, micro_batch, grad_accum, tokens_per_s_per_gpu`` (other
 columns are kept but not needed). :func:`predict_rows` predicts every row;
-:func:`calibrate` fits the :class:`~stratopt.planning.predict.Calibration` by least squares on
+:func:`calibrate` fits the :class:`~stratopt.machine.Calibration` by least squares on
 the log of predicted over measured throughput (``scipy.optimize.least_squares``).
 """
 
@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError
-from stratopt.machine import Machine
-from stratopt.planning.predict import Calibration, Decoder, Run, calibration_of, predict
+from stratopt.graph.decoder import Decoder
+from stratopt.machine import Calibration, Machine, calibration_of
+from stratopt.planning.predict import Run, predict
 
 __all__ = [
     "FITTED",
@@ -79,6 +80,10 @@ def read_measurements(path: str) -> list[Measured]:
                 values[col] = int(text)
             except ValueError:
                 raise ModelError(f"{where}: column {col!r} must be an integer, got {text!r}") from None
+            if values[col] < 1:  # sizes and counts: a run of none is no run
+                raise ModelError(f"{where}: column {col!r} must be a positive integer, got {text!r}")
+        if values["d_model"] % values["heads"]:
+            raise ModelError(f"{where}: column 'heads' ({values['heads']}) must divide d_model ({values['d_model']})")
         text = (row.get("tokens_per_s_per_gpu") or "").strip()
         try:
             measured = float(text)
@@ -182,7 +187,17 @@ def calibrate(
         m = with_params(x)
         return np.log([predict(r.model, r.run, m).tokens_per_s_per_gpu for r in rows]) - measured
 
-    fit = least_squares(residuals, x0, bounds=(low, high), x_scale="jac", max_nfev=400)
+    first = residuals(x0)
+    if not np.all(np.isfinite(first)):
+        r = rows[int(np.flatnonzero(~np.isfinite(first))[0])]
+        raise ModelError(
+            f"calibrate: the fit cannot start: {r.model.name} (seq {r.run.seq}, {r.run.gpus} GPUs, {r.run.strategy}) "
+            f"is predicted no finite throughput from {machine.name}'s calibration"
+        )
+    try:
+        fit = least_squares(residuals, x0, bounds=(low, high), x_scale="jac", max_nfev=400)
+    except ValueError as exc:  # scipy refuses what it cannot fit: say why in one line
+        raise ModelError(f"calibrate: the fit cannot run: {exc}") from None
     fitted = with_params(fit.x)
     if progress is not None:
         progress(f"calibrate: {len(rows)} rows, {fit.nfev} evaluations, cost {fit.cost:.4g}")
