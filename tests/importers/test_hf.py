@@ -173,3 +173,73 @@ def test_entry_points(tmp_path, capsys) -> None:
         assert len(err.strip().splitlines()) == 1 and says in err, (bad, err)
     with pytest.raises(ModelError, match="not an entry point"):
         load_entry_point("no colon here")
+
+
+def _config(folder, cls, **fields):
+    """A configuration as ``save_pretrained`` writes it (a folder holding config.json)."""
+    import transformers
+
+    getattr(transformers, cls)(**fields).save_pretrained(str(folder))
+    return folder
+
+
+def test_a_config_folder_plans_like_its_model(tmp_path, capsys) -> None:
+    """``hf:FOLDER,seq=S,batch=B``: the model its configuration's architectures field names, built on
+    the meta device with B sequences of S tokens, imports to the graph the model itself gives, and
+    plan prints a plan that fits (exit 0)."""
+    llama = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=256)
+    folder = _config(
+        tmp_path / "tiny-llama", "LlamaConfig", num_key_value_heads=2, architectures=["LlamaForCausalLM"], **llama
+    )
+    graph = load_entry_point(f"hf:{folder},seq=32,batch=4")
+    import transformers
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, use_cache=False, **llama))
+    ids = torch.zeros((4, 32), dtype=torch.long)
+    assert signature(graph) == signature(from_torch(model.eval(), (ids,), name="direct"))
+    assert graph.name == "tiny-llama" and any("lm_head.weight" in op.attrs.get("params", ()) for op in graph.operators)
+    args = ["plan", f"hf:{folder / 'config.json'},seq=32,batch=8", "--nodes", "1", "--gpus-per-node", "4"]
+    assert main([*args, "--no-simulate", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["fits"] is True
+
+
+def test_config_vision_and_seq2seq(tmp_path) -> None:
+    """A vision configuration reads images of its own size (or ``image=``); an encoder-decoder's
+    model reads the decoder's tokens too."""
+    vit = _config(tmp_path / "vit", "ViTConfig", hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  intermediate_size=128, image_size=32, patch_size=8, architectures=["ViTForImageClassification"])  # fmt: skip
+    model, (pixels,) = hf.from_config(f"hf:{vit},batch=2")
+    assert tuple(pixels.shape) == (2, 3, 32, 32) and pixels.is_meta
+    assert tuple(hf.from_config(f"hf:{vit},image=64")[1][0].shape) == (8, 3, 64, 64)
+    t5 = _config(tmp_path / "t5", "T5Config", d_model=64, d_ff=128, num_layers=1, num_heads=4, d_kv=16, vocab_size=128)
+    graph = load_entry_point(f"hf:{t5},seq=16,batch=2")  # no architectures field: the model type's base model
+    assert sum(op.op == "gemm" for op in graph.operators) > 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("hf:{tmp}/absent,seq=8", "no such file or folder"),
+        ("hf:{tmp}/empty", "no config.json in"),
+        ("hf:{tmp}/broken", "transformers cannot read"),
+        ("hf:{tmp}/unknown", "does not know the architecture 'LlamaForTimeTravel'"),
+        ("hf:{tmp}/unknown,seq=0", "'seq=0' is not one of seq=N, batch=N, image=N"),
+        ("hf:{tmp}/unknown,depth=3", "'depth=3' is not one of"),
+    ],
+)
+def test_bad_configs_are_one_line(tmp_path, capsys, spec, message) -> None:
+    """A path that is not there, a folder without config.json, a file transformers cannot read, an
+    architecture it does not know or a bad size: one line naming it, exit 2."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"model_type": "llama", "hidden_size":')
+    (tmp_path / "unknown").mkdir()
+    (tmp_path / "unknown" / "config.json").write_text(
+        json.dumps({"model_type": "llama", "architectures": ["LlamaForTimeTravel"], "vocab_size": 100})
+    )
+    text = spec.format(tmp=tmp_path)
+    with pytest.raises(ModelError, match=message.replace("(", r"\(")):
+        load_entry_point(text)
+    assert main(["import", text]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message.split("'")[0].strip() in err[0]

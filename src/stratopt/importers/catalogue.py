@@ -17,6 +17,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from stratopt.cost import build
+from stratopt.importers import UnmappedOperatorWarning, flops, from_torch
+from stratopt.importers.hf import keyword_call
+from stratopt.importers.pytorch import reference_flops
+from stratopt.solvers import solve_auto
+
 __all__ = ["TASKS", "TINY", "architectures", "import_one", "tiny"]
 
 #: Task group -> the auto mapping that lists its model classes.
@@ -73,24 +79,6 @@ def architectures() -> list[tuple[str, str, str]]:
     return sorted(found)
 
 
-class _Call:
-    """A model called with its inputs by keyword (``decoder_input_ids`` for seq2seq), as a module
-    :func:`~stratopt.importers.from_torch` calls with positional inputs."""
-
-    def __new__(cls, model: Any, names: tuple[str, ...]) -> Any:
-        import torch
-
-        class Call(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, *args: Any) -> Any:
-                return self.model(**dict(zip(names, args, strict=True)), return_dict=False)
-
-        return Call().eval()
-
-
 def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int = 32) -> tuple[Any, tuple[Any, ...]]:
     """The class ``cls_name`` of ``transformers`` built from ``model_type``'s default configuration
     shrunk (:data:`TINY`), with example inputs for ``task``: ``(model, inputs)``."""
@@ -132,12 +120,14 @@ def tiny(model_type: str, task: str, cls_name: str, *, batch: int = 2, seq: int 
         size = getattr(config, "image_size", 224)
         size = size[0] if isinstance(size, list | tuple) else size
         channels = getattr(config, "num_channels", 3)
-        return _Call(model, ("pixel_values",)), (torch.randn((batch, channels, size, size), generator=generator),)
+        return keyword_call(model, ("pixel_values",)), (
+            torch.randn((batch, channels, size, size), generator=generator),
+        )
     vocab = int(getattr(config, "vocab_size", 512) or 512)
     ids = torch.randint(0, vocab, (batch, seq), generator=generator)
     if task == "seq2seq" or getattr(config, "is_encoder_decoder", False):
-        return _Call(model, ("input_ids", "decoder_input_ids")), (ids, ids[:, : seq // 2].clone())
-    return _Call(model, ("input_ids",)), (ids,)
+        return keyword_call(model, ("input_ids", "decoder_input_ids")), (ids, ids[:, : seq // 2].clone())
+    return keyword_call(model, ("input_ids",)), (ids,)
 
 
 def import_one(
@@ -148,11 +138,6 @@ def import_one(
     ``procs`` devices), ``failed`` (the import or the solve broke: the one-line reason), or
     ``skipped`` (the model cannot be built or run on the CPU from its configuration: the reason)."""
     import torch
-
-    from stratopt.cost import build
-    from stratopt.importers import UnmappedOperatorWarning, flops, from_torch
-    from stratopt.importers.pytorch import reference_flops
-    from stratopt.solvers import solve_auto
 
     row: dict[str, Any] = {"model_type": model_type, "task": task, "class": cls_name}
 

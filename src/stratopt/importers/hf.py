@@ -20,7 +20,9 @@ Two kinds:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
@@ -30,8 +32,11 @@ __all__ = [
     "SMALL",
     "bert",
     "convnext",
+    "from_config",
     "gpt2",
     "gpt3_175b",
+    "is_config_spec",
+    "keyword_call",
     "llama",
     "llama_7b",
     "llama_70b",
@@ -230,3 +235,101 @@ LARGE: dict[str, Callable[..., tuple[Any, tuple[Any, ...]]]] = {
     "gpt3-175b": gpt3_175b,
     "vit-l": vit_large,
 }
+
+
+def keyword_call(model: Any, names: tuple[str, ...]) -> Any:
+    """``model`` called with its inputs by keyword (``decoder_input_ids`` for seq2seq), as a module
+    that :func:`~stratopt.importers.from_torch` calls with positional inputs."""
+    import torch
+
+    class Call(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.model(**dict(zip(names, args, strict=True)), return_dict=False)
+
+    return Call().eval()
+
+
+_SPEC = re.compile(r"^hf:(?P<path>[^,]+)(?P<options>(?:,[^,]*)*)$")
+#: What an ``hf:`` model takes after its path, with the defaults.
+SPEC_KEYS = {"seq": 1024, "batch": 8, "image": 0}
+
+
+def is_config_spec(text: str) -> bool:
+    """Whether ``text`` names a Hugging Face configuration: ``hf:PATH[,seq=S][,batch=B][,image=N]``.
+
+    >>> is_config_spec("hf:llama-config,seq=1024,batch=16"), is_config_spec("gpt")
+    (True, False)
+    """
+    return _SPEC.match(text.strip()) is not None
+
+
+def from_config(spec: str, *, device: str = "meta") -> tuple[Any, tuple[Any, ...]]:
+    """``(model, example_inputs)`` of ``hf:PATH[,seq=S][,batch=B][,image=N]``: PATH a ``config.json``
+    or a folder holding one (what every Hugging Face model ships, ``save_pretrained`` writes), the
+    model the configuration's ``architectures`` field names (else its ``model_type``'s base model),
+    built on ``device`` (``meta``: no memory for weights). A text model reads ``batch`` sequences of
+    ``seq`` tokens (default 8 of 1024); a vision model ``batch`` images of its configuration's size
+    (or ``image``). A path that is not there, a configuration ``transformers`` cannot read or an
+    architecture it does not know is a one-line :class:`ModelError`."""
+    torch, t = _modules()
+    match = _SPEC.match(spec.strip())
+    if match is None:
+        raise ModelError(f"{spec}: expected hf:PATH[,seq=S][,batch=B][,image=N] (PATH a config.json or its folder)")
+    sizes = dict(SPEC_KEYS)
+    for item in filter(None, (x.strip() for x in match["options"].split(","))):
+        key, _, value = (s.strip() for s in item.partition("="))
+        if key not in SPEC_KEYS or not value.isdigit() or int(value) < 1:
+            raise ModelError(f"{spec}: {item!r} is not one of {', '.join(f'{k}=N' for k in SPEC_KEYS)} (N positive)")
+        sizes[key] = int(value)
+    path = Path(match["path"]).expanduser()
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        where = f"no config.json in {path}" if path.is_dir() else f"no such file or folder {path}"
+        raise ModelError(f"{spec}: {where}")
+    try:
+        config = t.AutoConfig.from_pretrained(str(file), local_files_only=True)
+    except Exception as exc:  # any failure to read it is the file's: one line
+        raise ModelError(
+            f"{spec}: transformers cannot read {file} ({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
+    names = list(getattr(config, "architectures", None) or [])
+    cls = getattr(t, names[0], None) if names else None
+    if names and cls is None:
+        raise ModelError(f"{spec}: transformers {t.__version__} does not know the architecture {names[0]!r}")
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    try:
+        with torch.device(device):
+            model = cls(config) if cls is not None else t.AutoModel.from_config(config)
+    except Exception as exc:
+        what = names[0] if names else f"model type {config.model_type!r}"
+        raise ModelError(f"{spec}: cannot build {what} ({type(exc).__name__}: {_first_line(exc)})") from None
+    return _example(model.eval(), config, sizes, device)
+
+
+def _example(model: Any, config: Any, sizes: dict[str, int], device: str) -> tuple[Any, tuple[Any, ...]]:
+    """The model and its inputs: images or token ids, positional (so its parameters keep their own
+    names); a seq2seq model is called by keyword, its decoder's ids beside the encoder's."""
+    batch = sizes["batch"]
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        size = sizes["image"] or getattr(config, "image_size", 224)
+        size = size[0] if isinstance(size, list | tuple) else int(size)
+        channels = int(getattr(config, "num_channels", 3))
+        torch, _ = _modules()
+        pixels = torch.zeros((batch, channels, size, size), device=device)
+        if device != "meta":
+            pixels = torch.randn((batch, channels, size, size), generator=torch.Generator().manual_seed(0))
+        return model, (pixels,)
+    vocab = int(getattr(config, "vocab_size", None) or 1000)
+    (ids,) = _ids(batch, sizes["seq"], vocab, device)
+    if getattr(config, "is_encoder_decoder", False):
+        return keyword_call(model, ("input_ids", "decoder_input_ids")), (ids, ids[:, : max(1, sizes["seq"] // 2)])
+    return model, (ids,)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]

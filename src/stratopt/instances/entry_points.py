@@ -1,28 +1,32 @@
 """Python entry points: ``module:function`` or ``file.py:function`` returning an operator graph or a
-PyTorch model and its example inputs."""
+PyTorch model and its example inputs; and Hugging Face configurations, ``hf:PATH,seq=S,batch=B``
+(:func:`stratopt.importers.hf.from_config`), which give a model and its inputs the same way."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-
-if TYPE_CHECKING:
-    pass
+from stratopt.importers import from_torch
+from stratopt.importers.hf import from_config, is_config_spec
 
 _ENTRY_POINT = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]+\.py):(?P<function>[A-Za-z_]\w*)$")
 
 
 def is_entry_point(text: str) -> bool:
-    """Whether ``text`` names a Python entry point: ``package.module:function`` or ``file.py:function``.
+    """Whether ``text`` names a Python entry point: ``package.module:function`` or ``file.py:function``,
+    or a Hugging Face configuration (``hf:PATH...``).
 
     >>> is_entry_point("stratopt.importers.hf:llama"), is_entry_point("models/gpt.json")
     (True, False)
     """
-    return _ENTRY_POINT.match(text) is not None
+    return is_config_spec(text) or _ENTRY_POINT.match(text) is not None
 
 
 def load_entry_point(text: str) -> Graph:
@@ -33,14 +37,15 @@ def load_entry_point(text: str) -> Graph:
     (on the ``meta`` device for a model larger than memory), which :func:`stratopt.importers.from_torch`
     imports. Every failure is a :class:`ModelError` naming the entry point.
     """
+    if is_config_spec(text):
+        model, inputs = from_config(text)
+        return from_torch(model, inputs, name=_config_name(text))
     made = call_entry_point(text)
     function = text.rpartition(":")[2]
     called = f"{function}() returned" if callable(getattr(_module_of(text), function, None)) else f"{function} is a"
     if isinstance(made, Graph):
         return made
     if isinstance(made, tuple) and len(made) == 2:
-        from stratopt.importers import from_torch
-
         model, inputs = made
         return from_torch(model, inputs, name=function)
     raise ModelError(
@@ -49,13 +54,12 @@ def load_entry_point(text: str) -> Graph:
     )
 
 
-def call_entry_point(text: str) -> Any:
-    """What the entry point ``text`` gives: its function called with no arguments, or the object;
-    a failure to import or call it is a :class:`ModelError` naming it."""
-    import importlib
-    import importlib.util
-    import sys
-
+def call_entry_point(text: str, *, device: str = "meta") -> Any:
+    """What the entry point ``text`` gives: its function called with no arguments, or the object (a
+    Hugging Face configuration's model and inputs, built on ``device``); a failure to import or call
+    it is a :class:`ModelError` naming it."""
+    if is_config_spec(text):
+        return from_config(text, device=device)
     match = _ENTRY_POINT.match(text)
     if match is None:
         raise ModelError(f"{text}: not an entry point (expected module:function or file.py:function)")
@@ -89,11 +93,15 @@ def call_entry_point(text: str) -> Any:
 
 
 def _module_of(text: str) -> Any:
-    import sys
-
     where = text.rpartition(":")[0]
     stem = Path(where).stem
     return sys.modules.get(f"_stratopt_entry_{stem}" if where.endswith(".py") else where)
+
+
+def _config_name(spec: str) -> str:
+    """A configuration's graph name: its folder's (the folder holding a config.json)."""
+    path = Path(spec[3:].split(",")[0]).expanduser()
+    return (path.parent if path.name == "config.json" else path).name or "hf-model"
 
 
 def _first_line(exc: BaseException) -> str:

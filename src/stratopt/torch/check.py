@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratopt.errors import ModelError
-from stratopt.planning.export import ExportedPlan
+from stratopt.instances.entry_points import call_entry_point
+from stratopt.planning.export import ExportedPlan, load_plan
+from stratopt.torch.apply import _torch, parallelize, plan_of, validate
 from stratopt.torch.record import CollectiveRecorder
 
 __all__ = ["TOLERANCE", "CheckReport", "check_plan", "check_plans"]
@@ -88,10 +90,8 @@ def _build(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[An
     """The model and inputs of a ``module:function`` entry point, its weights drawn from ``seed``."""
     import torch
 
-    from stratopt.instances.entry_points import call_entry_point
-
     torch.manual_seed(seed)
-    made = call_entry_point(entry)
+    made = call_entry_point(entry, device="cpu")
     if not (isinstance(made, tuple) and len(made) == 2):
         raise ModelError(f"{entry}: expected (model, example_inputs) from the entry point")
     model, inputs = made
@@ -147,8 +147,6 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
     """Run one plan on this rank; rank 0 returns the figures, the others None."""
     import torch.distributed as dist
 
-    from stratopt.torch.apply import parallelize
-
     reference: dict[str, Any] = {}
     if rank == 0:
         model, inputs = _build(entry, seed, dtype)
@@ -198,8 +196,6 @@ def _worker(
 ) -> None:
     import torch
     import torch.distributed as dist
-
-    from stratopt.planning.export import load_plan
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -327,7 +323,6 @@ def check_plans(
 ) -> list[CheckReport]:
     """Check several ``(entry point, plan)`` pairs on one launch of ``world`` processes (see
     :func:`check_plan`)."""
-    from stratopt.torch.apply import _torch, plan_of, validate
 
     _torch()
     if world < 1:
