@@ -33,6 +33,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph, Input, Operator, TensorUse
+from stratopt.problem import read_json
 
 __all__ = ["FORMAT", "VERSION", "graph_from_dict", "graph_to_dict", "is_graph_dict", "load_graph", "save_graph"]
 
@@ -116,6 +117,9 @@ def _operator(entry: Any, i: int) -> Operator:
         isinstance(a, list) and len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], int) for a in axes
     ):
         raise ModelError(f"{where}: 'axes' must be a list of [name, size] pairs")
+    for key in ("inputs", "outputs"):
+        if not isinstance(entry.get(key, []), list):
+            raise ModelError(f"{where}: {key!r} must be a list of tensors")
     inputs = []
     for j, item in enumerate(entry.get("inputs", [])):
         if not isinstance(item, dict) or "from" not in item:
@@ -191,7 +195,6 @@ def graph_from_dict(data: Any, *, source: str = "graph") -> Graph:
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """Load a graph from a ``.json`` or ``.json.gz`` file."""
-    from stratopt.problem import read_json
 
     return graph_from_dict(read_json(Path(path)), source=os.fspath(path))
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
+from stratopt.planning.torchplan import find_mesh, module_placements
 from stratopt.problem import read_json
 
 FORMAT, VERSION = "stratopt-plan", 2
@@ -89,7 +91,6 @@ def _modules(
     costing: Any, assignment: tuple[int, ...], gpus_per_node: int
 ) -> tuple[tuple[int, int] | None, dict[str, dict[str, Any]], str]:
     """The mesh and module placements PyTorch runs ``assignment`` with, or why it cannot."""
-    from stratopt.planning.torchplan import find_mesh, module_placements
 
     mesh = find_mesh(costing, assignment, gpus_per_node)
     if isinstance(mesh, str):
@@ -136,9 +137,14 @@ def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
             or not isinstance(entry.get("axes"), dict)
         ):
             raise ModelError(f'{where}: expected {{"op", "mesh": [[axis, ways], ...], "axes": {{axis: size}}}}')
+        for axis, size in entry["axes"].items():
+            if not _positive_int(size):
+                raise ModelError(f"{where}: axis {axis!r} must have a positive integer size, got {size!r}")
         ways = 1
         for item in entry["mesh"]:
-            if not (isinstance(item, list) and len(item) == 2 and item[0] in entry["axes"]):
+            if not (
+                isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and item[0] in entry["axes"]
+            ):
                 raise ModelError(f"{where}: mesh entry {item!r} is not [axis, ways] over one of its axes")
             c = item[1]
             if isinstance(c, bool) or not isinstance(c, int) or c < 1 or entry["axes"][item[0]] % c:
@@ -170,7 +176,7 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
     if mesh is None:
         return None, {}
     shape = mesh.get("shape") if isinstance(mesh, dict) else None
-    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(x, int) and x >= 1 for x in shape)):
+    if not (isinstance(shape, list) and len(shape) == 2 and all(_positive_int(x) for x in shape)):
         raise ModelError(f'{path}: "mesh" must be {{"shape": [dp, tp], ...}} with positive integers, got {mesh!r}')
     if shape[0] * shape[1] != devices:
         raise ModelError(f"{path}: mesh {shape[0]} x {shape[1]} is not the cluster's {devices} devices")
@@ -185,4 +191,25 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
         for key in ("input", "output"):
             if entry.get(key, "replicate") not in ("shard", "replicate"):
                 raise ModelError(f"{where}: {key!r} must be 'shard' or 'replicate'")
+        params = entry.get("params", [])
+        if not (isinstance(params, list) and all(isinstance(x, str) for x in params)):
+            raise ModelError(f"{where}: 'params' must be a list of parameter names, got {params!r}")
+        held = entry.get("held_elements", 0.0)
+        if isinstance(held, bool) or not isinstance(held, int | float) or not 0 <= held < math.inf:
+            raise ModelError(f"{where}: 'held_elements' must be a non-negative number, got {held!r}")
+        counts = entry.get("collectives", {})
+        if not (
+            isinstance(counts, dict)
+            and set(counts) <= {"forward", "backward"}
+            and all(isinstance(c, dict) and all(_count(n) for n in c.values()) for c in counts.values())
+        ):
+            raise ModelError(f'{where}: \'collectives\' must be {{"forward": {{kind: count}}, "backward": {{...}}}}')
     return (shape[0], shape[1]), modules
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
