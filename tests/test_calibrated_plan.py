@@ -13,11 +13,10 @@ from stratopt.cli import main
 from stratopt.cost import build
 from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
+from stratopt.graph.decoder import decoder_graph, parse_decoder
 from stratopt.instances import load_instance
 from stratopt.machine import get_machine
 from stratopt.planning import plan
-from stratopt.graph.decoder import decoder_graph
-from stratopt.graph.decoder import parse_decoder
 from stratopt.planning.predict import BLOCK_OPERATORS, OUTER_OPERATORS, Run, predict
 from stratopt.problem import evaluate
 from stratopt.solvers import solve

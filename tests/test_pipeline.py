@@ -228,7 +228,7 @@ def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> N
     graph = chain((64,) * 4)
     where = cluster(1, 4)
     stages = tuple(Stage(k, k + 1, 1, 0.0, (0,)) for k in range(4))
-    plan = PipelinePlan(stages, (0.0, 0.0, 0.0), 8, 0.0, 4)
+    plan = PipelinePlan(stages, (0.0, 0.0, 0.0), 8, 4, 0.0)
     _, info = simulate(graph, plan, where.machine)
     f, b = info["stage_passes"][1]["forward"], info["stage_passes"][1]["backward"]
     assert all(p == pytest.approx({"forward": f, "backward": b, "grad_sync": 0.0}) for p in info["stage_passes"])

@@ -12,10 +12,9 @@ import pytest
 
 from stratopt.cli import main
 from stratopt.errors import ModelError
-from stratopt.machine import get_machine, read_machine, write_machine
-from stratopt.planning.calibrate import calibrate, predict_rows, read_measurements, summarise
 from stratopt.graph.decoder import parse_decoder
-from stratopt.machine import Calibration, calibration_of
+from stratopt.machine import Calibration, calibration_of, get_machine, read_machine, write_machine
+from stratopt.planning.calibrate import calibrate, predict_rows, read_measurements, summarise
 from stratopt.planning.predict import Run, predict
 
 from .conftest import IOPDDL_DIR

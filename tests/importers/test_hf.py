@@ -209,6 +209,7 @@ def test_config_vision_and_seq2seq(tmp_path) -> None:
     vit = _config(tmp_path / "vit", "ViTConfig", hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
                   intermediate_size=128, image_size=32, patch_size=8, architectures=["ViTForImageClassification"])  # fmt: skip
     model, (pixels,) = hf.from_config(f"hf:{vit},batch=2")
+    assert type(model).__name__ == "ViTForImageClassification"
     assert tuple(pixels.shape) == (2, 3, 32, 32) and pixels.is_meta
     assert tuple(hf.from_config(f"hf:{vit},image=64")[1][0].shape) == (8, 3, 64, 64)
     t5 = _config(tmp_path / "t5", "T5Config", d_model=64, d_ff=128, num_layers=1, num_heads=4, d_kv=16, vocab_size=128)
