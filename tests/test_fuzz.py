@@ -212,7 +212,7 @@ def test_exported_plans(exported_plan, monkeypatch, seed: int) -> None:
     def launch(*_args: Any, **_kwargs: Any) -> None:
         raise _Launched
 
-    monkeypatch.setattr(check, "_launch", launch)
+    monkeypatch.setattr(check, "run_ranks", launch)
     text = mutate_json(exported_plan, random.Random(seed))
     with contextlib.suppress(_Launched):
         fuzz(text, ".json", lambda f, _: [["check-plan", "stratopt.torch.models:llama", "--plan", f, "--world", "4"]])

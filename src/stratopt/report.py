@@ -326,6 +326,27 @@ def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
         print("  ".join(cells).rstrip())
 
 
+def print_train(report: Any) -> None:
+    """``stratopt train``: a row per step, the measured step beside the plan's estimate, the check."""
+    dp, tp = report.mesh
+    print(
+        f"{report.model}: {len(report.losses)} AdamW steps on {report.world} {report.backend} ranks (mesh {dp} x {tp})"
+    )
+    table = _table(("step", "loss", "seconds", f"{report.unit} per s", "peak GB per rank"), (), title=None)
+    peak = ", ".join(f"{b / 1e9:.2f}" for b in report.peak_memory)
+    for k, (loss, s) in enumerate(zip(report.losses, report.seconds, strict=True)):
+        table.add_row(str(k + 1), f"{loss:.9g}", f"{s:.3f}", f"{report.samples / s:,.0f}" if s > 0 else "-", peak)
+    _console().print(table)
+    predicted = "-" if report.predicted_step_s is None else f"{report.predicted_step_s:.4f} s"
+    print(f"step: {report.measured_step_s:.4f} s measured (median after the first), {predicted} predicted by the plan")
+    if report.ok is not None:
+        verdict = "ok" if report.ok else "MISMATCH"
+        print(
+            f"one process: {verdict}, losses {', '.join(f'{x:.9g}' for x in report.one_process_losses)}; "
+            f"max relative error {report.max_relative_error:.1e} (tolerance {report.to_dict()['tolerance']:.0e})"
+        )
+
+
 def print_check(report: Any) -> None:
     """``stratopt check-plan``: each check's figures, then the collectives module by module."""
     d = report.to_dict()

@@ -37,6 +37,7 @@ from stratopt.solvers import solve_named
 from stratopt.solvers.base import Status
 from stratopt.solvers.contest import answer
 from stratopt.torch import check_plan
+from stratopt.torch.train import train
 
 OK, NO_SOLUTION, BAD_INPUT = 0, 1, 2
 
@@ -253,6 +254,21 @@ def check_plan_cmd(args: argparse.Namespace) -> int:
     found = check_plan(args.model, args.plan, args.world, **options)
     _show(args, found.to_dict(), lambda: report.print_check(found))
     return OK if found.ok else NO_SOLUTION
+
+
+def train_cmd(args: argparse.Namespace) -> int:
+    """train MODEL with an exported plan on N ranks: loss, throughput and memory per step
+
+    Applies the plan ('plan --export', made with --expressible torch) to MODEL on --world ranks (gloo
+    processes on the CPU, NCCL where CUDA has a GPU per rank), runs --steps AdamW steps on synthetic
+    batches of the model's example shapes, and prints each step's loss, tokens (or images) per second
+    and peak memory per rank, the measured step (median after the first) beside the plan's estimate.
+    --check also runs the steps on one process and compares the losses (exit 1 on a mismatch).
+    """
+    options = {"seed": args.seed or 0, "timeout": args.time_limit or 600.0, "dtype": args.dtype}
+    found = train(args.model, args.plan, args.world, args.steps, check=args.check, **options)
+    _show(args, found.to_dict(), lambda: report.print_train(found))
+    return NO_SOLUTION if found.ok is False else OK
 
 
 def _staging(args: argparse.Namespace) -> dict[str, Any]:

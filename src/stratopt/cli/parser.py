@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", type=_count, required=True, metavar="N", help="processes (the plan's devices)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float64 tells rounding apart")
     _options(p, "time", "seed", "json", limit="seconds the processes may take (300)")
+    p = _add(sub, commands.train_cmd)
+    p.add_argument("model", metavar="MODEL", help="what the plan was made from (module:function or hf:CONFIG,...)")
+    p.add_argument("--plan", required=True, metavar="FILE.json", help="the plan, from 'plan --export'")
+    p.add_argument("--world", type=_count, required=True, metavar="N", help="ranks (the plan's devices)")
+    p.add_argument("--steps", type=_count, default=3, metavar="S", help="AdamW steps (default 3)")
+    p.add_argument("--check", action="store_true", help="also run the steps on one process and compare the losses")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float64 tells rounding apart")
+    _options(p, "time", "seed", "json", limit="seconds the ranks may take (600)")
     p = _add(sub, commands.import_cmd)
     p.add_argument(
         "model",

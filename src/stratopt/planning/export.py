@@ -28,7 +28,7 @@ from stratopt.problem import read_json
 FORMAT, VERSION = "stratopt-plan", 2
 STYLES = ("replicate", "colwise", "rowwise", "vocab")
 
-__all__ = ["ExportedPlan", "load_plan"]
+__all__ = ["ExportedPlan", "load_plan", "plan_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,11 @@ def load_plan(path: str | os.PathLike[str]) -> ExportedPlan:
     >>> loaded.model, loaded.cluster["devices"], len(loaded.operators)
     ('alexnet', 2, 14)
     """
-    data = read_json(Path(path))
+    return plan_from_dict(read_json(Path(path)), path)
+
+
+def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
+    """An exported plan's JSON value (see :func:`load_plan`), validated; ``path`` names it in errors."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ModelError(f'{path}: not a stratopt plan (expected "format": "{FORMAT}")')
     if data.get("version") not in (1, VERSION):

@@ -6,6 +6,10 @@
 - :func:`check_plan` runs the model once on one process and once on N gloo processes with the plan
   applied, and compares loss, gradients, parameter bytes per rank and the collectives per module
   with what the plan priced (``stratopt check-plan``);
+- :func:`stratopt.torch.train.train` runs AdamW steps of the model with the plan applied on N ranks
+  (gloo on the CPU, NCCL on GPUs), measures each step, and optionally holds the losses against one
+  process (``stratopt train``; under torchrun, ``python -m stratopt.torch.train``: the module keeps
+  its name, so the function is not gathered here);
 - :mod:`stratopt.torch.models`: small PyTorch models (an MLP and a Transformer) to try it on.
 
 Which strategies DTensor can run is :mod:`stratopt.planning.torchplan`; ``plan(...,

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,8 +11,9 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.instances.entry_points import call_entry_point
-from stratopt.planning.export import ExportedPlan, load_plan
+from stratopt.planning.export import ExportedPlan, plan_from_dict
 from stratopt.torch.apply import _torch, parallelize, plan_of, validate
+from stratopt.torch.launch import run_ranks
 from stratopt.torch.record import CollectiveRecorder
 
 __all__ = ["TOLERANCE", "CheckReport", "check_plan", "check_plans"]
@@ -80,13 +77,7 @@ class CheckReport:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _build(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
+def build_model(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
     """The model and inputs of a ``module:function`` entry point, its weights drawn from ``seed``."""
     import torch
 
@@ -101,7 +92,7 @@ def _build(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[An
     return model.to(cast).eval(), inputs
 
 
-def _loss(out: Any, part: int = 0, parts: int = 1) -> Any:
+def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
     """The mean of the model's first output times a fixed random tensor of the whole batch's shape
     (this rank's ``part`` of ``parts`` along the batch): a loss every model has, which a final
     normalisation does not make constant."""
@@ -139,7 +130,7 @@ def _full(t: Any) -> Any:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _local(t: Any) -> Any:
+def local_part(t: Any) -> Any:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
@@ -149,19 +140,19 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
 
     reference: dict[str, Any] = {}
     if rank == 0:
-        model, inputs = _build(entry, seed, dtype)
-        loss = _loss(model(*inputs))
+        model, inputs = build_model(entry, seed, dtype)
+        loss = loss_of(model(*inputs))
         loss.backward()
         reference = {
             "loss": float(loss.detach()),
             "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
         }
-    model, inputs = _build(entry, seed, dtype)
+    model, inputs = build_model(entry, seed, dtype)
     done = parallelize(model, plan, prefetch=False)
     local = done.local_batch(inputs)
-    param_bytes = sum(_local(p).numel() * p.element_size() for p in model.parameters())
+    param_bytes = sum(local_part(p).numel() * p.element_size() for p in model.parameters())
     with CollectiveRecorder(model) as recorder:
-        loss = _loss(model(*local), int(done.mesh.get_coordinate()[0]), done.dp)
+        loss = loss_of(model(*local), int(done.mesh.get_coordinate()[0]), done.dp)
         loss.backward()
     counts = recorder.by_module()
     value = loss.detach().clone()
@@ -191,82 +182,21 @@ def _kind_counts(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     return {phase: {k: n for k, n in sorted(ops.items()) if n} for phase, ops in raw.items()}
 
 
-def _worker(
-    rank: int, world: int, port: int, cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: str, out: str
-) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _cases(rank: int, world: int, payload: tuple[list[tuple[str, dict[str, Any]]], int, str]) -> list[Any]:
+    """Every case on this rank (:func:`~stratopt.torch.launch.run_ranks`' work); rank 0's figures."""
+    cases, seed, dtype = payload
     results = []
-    try:
-        for i, (entry, data) in enumerate(cases):
-            path = os.path.join(out, f"plan{i}.json")
-            if rank == 0:
-                with open(path, "w") as fh:
-                    json.dump(data, fh)
-            dist.barrier()
-            started = time.perf_counter()
-            try:
-                found = _one_case(entry, load_plan(path), seed, rank, world, dtype)
-            except Exception as exc:  # say which case, in one line
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                raise RuntimeError(f"{entry} (plan {i + 1} of {len(cases)}): {type(exc).__name__}: {first}") from None
-            if found is not None:
-                found["seconds"] = time.perf_counter() - started
-            results.append(found)
-        if rank == 0:
-            with open(os.path.join(out, "results.json"), "w") as fh:
-                json.dump(results, fh)
-        dist.barrier()  # the results are written before any process tears down
-    finally:
-        dist.destroy_process_group()
-    # no interpreter teardown: gloo's threads have been seen to abort a process there (SIGABRT,
-    # "terminate called without an active exception") after its work was done
-    os._exit(0)
-
-
-def _complete(out: str, cases: int) -> bool:
-    """Whether the results of every case were written (after every process had done its part)."""
-    try:
-        with open(os.path.join(out, "results.json")) as fh:
-            return len(json.load(fh)) == cases
-    except (OSError, ValueError):
-        return False
-
-
-def _launch(
-    world: int, cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: str, timeout: float
-) -> list[dict[str, Any]]:
-    """Run ``cases`` on ``world`` gloo processes; they are stopped on an error, Ctrl-C or the timeout."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as out:
-        context = mp.start_processes(
-            _worker, args=(world, _free_port(), cases, seed, dtype, out), nprocs=world, join=False, start_method="spawn"
-        )
-        deadline = time.monotonic() + timeout
+    for i, (entry, data) in enumerate(cases):
+        started = time.perf_counter()
         try:
-            while not context.join(timeout=0.5):
-                if time.monotonic() > deadline:
-                    raise ModelError(f"check-plan: the {world} processes did not finish in {timeout:g} s")
-        except mp.ProcessRaisedException as exc:
-            last = [line for line in str(exc).strip().splitlines() if line.strip()]
-            raise ModelError(f"check-plan: a process failed: {last[-1] if last else exc}") from None
-        except mp.ProcessExitedException as exc:
-            if not _complete(out, len(cases)):  # a crash after the results were written is not the plan's
-                raise ModelError(f"check-plan: a process exited: {exc}") from None
-        finally:
-            for process in context.processes:
-                if process.is_alive():
-                    process.terminate()
-            for process in context.processes:
-                process.join(5)
-        with open(os.path.join(out, "results.json")) as fh:
-            found: list[dict[str, Any]] = json.load(fh)
-        return found
+            found = _one_case(entry, plan_from_dict(data), seed, rank, world, dtype)
+        except Exception as exc:  # say which case, in one line
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise RuntimeError(f"{entry} (plan {i + 1} of {len(cases)}): {type(exc).__name__}: {first}") from None
+        if found is not None:
+            found["seconds"] = time.perf_counter() - started
+        results.append(found)
+    return results
 
 
 def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -> CheckReport:
@@ -332,7 +262,7 @@ def check_plans(
         assert plan.mesh is not None
         if plan.mesh[0] * plan.mesh[1] != world:
             raise ModelError(f"{entry}: the plan runs on {plan.mesh[0]} x {plan.mesh[1]} devices, not --world {world}")
-        model, inputs = _build(entry, seed)
+        model, inputs = build_model(entry, seed)
         validate(model, plan)
         batch = next((t.shape[0] for t in inputs if hasattr(t, "shape") and t.dim()), plan.mesh[0])
         if batch % plan.mesh[0]:
@@ -343,9 +273,8 @@ def check_plans(
         progress(f"running {len(cases)} plan(s) on {world} gloo processes")
     if dtype not in ("float32", "float64"):
         raise ModelError(f"--dtype must be float32 or float64, got {dtype!r}")
-    found = _launch(
-        world, [(entry, p.to_dict()) for (entry, _), p in zip(cases, plans, strict=True)], seed, dtype, timeout
-    )
+    payload = ([(entry, p.to_dict()) for (entry, _), p in zip(cases, plans, strict=True)], seed, dtype)
+    found = run_ranks(_cases, world, payload, timeout=timeout, what="check-plan")[0]
     return [_report(entry, plan, world, f) for (entry, _), plan, f in zip(cases, plans, found, strict=True)]
 
 
