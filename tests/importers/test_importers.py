@@ -268,18 +268,23 @@ class _StringPadding(torch.nn.Module):
         return self.after(self.pad(torch.relu(self.valid(torch.relu(self.same(x))))))
 
 
+def _imported(model, x, tracer: str, name: str):
+    """``model`` on ``x`` imported by torch.fx, or by the tracer that runs the model (``eager``: where
+    torch.fx cannot trace it)."""
+    if tracer == "eager":
+        from stratopt.importers.common import emit
+        from stratopt.importers.trace import trace
+
+        return emit(name, trace(torch, model, (x,)))
+    return from_torch(model, (x,), name=name)
+
+
 @pytest.mark.parametrize("tracer", ["fx", "eager"])
 def test_string_padding_convolutions_are_priced(tracer: str) -> None:
     """padding='same' and 'valid' (and an explicit ZeroPad2d) import as convolutions: every flop of
     PyTorch's count is on a priced product, with no unmapped-operator warning (an error here)."""
     model, x = _StringPadding(), torch.randn(2, 3, 16, 16)
-    if tracer == "eager":  # the tracer that runs the model (where torch.fx cannot trace it)
-        from stratopt.importers.common import emit
-        from stratopt.importers.trace import trace
-
-        graph = emit("pads", trace(torch, model, (x,)))
-    else:
-        graph = from_torch(model, (x,), name="pads")
+    graph = _imported(model, x, tracer, "pads")
     assert sum(op.op == "conv" for op in graph.operators) == 3
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-3)
 
@@ -348,13 +353,7 @@ class _BigWindow(torch.nn.Module):
 def test_a_window_wider_than_the_image_pools_it_whole(tracer: str) -> None:
     """A pooling window wider than the image pools the whole image (no unmapped-operator warning)."""
     model, x = _BigWindow(), torch.randn(2, 3, 7, 7)
-    if tracer == "eager":
-        from stratopt.importers.common import emit
-        from stratopt.importers.trace import trace
-
-        graph = emit("big-window", trace(torch, model, (x,)))
-    else:
-        graph = from_torch(model, (x,), name="big-window")
+    graph = _imported(model, x, tracer, "big-window")
     pools = [op for op in graph.operators if op.op == "pool"]
     assert len(pools) == 1 and pools[0].outputs[0].shape == (2, 8, 1, 1)
 
