@@ -250,3 +250,14 @@ def test_cli_predict_and_calibrate(tmp_path, capsys) -> None:
     predicted = json.loads(capsys.readouterr().out)
     assert len(predicted["rows"]) == 9 and predicted["median_abs_error"] < 0.05
     assert main(["predict", "--seq", "512"]) == 2
+
+
+def test_machine_figures_that_cannot_price_are_refused() -> None:
+    """A rate of zero (the time divides by it) and a figure past 1e12 (times overflow) are refused
+    where the machine or its calibration is made, not as a division warning while pricing."""
+    with pytest.raises(ModelError, match="hbm_efficiency must lie in"):
+        Calibration(hbm_efficiency=0.0)
+    with pytest.raises(ModelError, match="up to 1e12"):
+        Calibration(step_overhead_ms=1e300)
+    with pytest.raises(ModelError, match="intra_latency_us must be a finite number"):
+        dataclasses.replace(get_machine("h100"), intra_latency_us=1e308)

@@ -19,7 +19,6 @@ all-to-all (g-1)/g * n/B + (g-1) a.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,11 @@ from stratopt.errors import ModelError
 from stratopt.problem import read_json
 
 __all__ = ["MACHINES", "Calibration", "Machine", "calibration_of", "get_machine", "read_machine", "write_machine"]
+
+
+#: The largest figure a machine or its calibration may hold (in any of its units): past it, times
+#: overflow rather than mean anything.
+_LARGEST = 1e12
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class Machine:
     calibration: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= _LARGEST:
+                raise ModelError(f"machine {self.name!r}: {f.name} must be a finite number up to 1e12, got {value!r}")
         for name in ("peak_tflops", "memory_gb", "hbm_gbps", "intra_gbps", "inter_gbps", "efficiency"):
             value = getattr(self, name)
             if not value > 0:
@@ -165,9 +173,11 @@ class Calibration:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-                raise ModelError(f"calibration: {f.name} must be a number, got {value!r}")
-            if value < 0 or (f.name.endswith(("efficiency", "overlap")) and value > 1):
+            if not isinstance(value, int | float) or isinstance(value, bool) or not abs(value) <= _LARGEST:
+                raise ModelError(f"calibration: {f.name} must be a finite number up to 1e12, got {value!r}")
+            if f.name.endswith("efficiency") and not 0 < value <= 1:  # a rate: the time divides by it
+                raise ModelError(f"calibration: {f.name} must lie in (0, 1], got {value!r}")
+            if value < 0 or (f.name == "overlap" and value > 1):
                 raise ModelError(f"calibration: {f.name} must lie in [0, 1] (or be non-negative), got {value!r}")
 
     def to_dict(self) -> dict[str, float]:
