@@ -32,7 +32,8 @@ from stratopt.problem import to_iopddl_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = st.integers(0, 2**32 - 1)
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Derandomized: CI draws the same files every run (thousands more were drawn while writing this).
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 #: Values a careless hand or a broken tool puts where another belongs.
 ODD: list[Any] = [None, True, False, -1, 0, 1, 3, 2**63, -(2**40), 1e308, -0.5, 0.5, math.nan, math.inf]
