@@ -64,3 +64,31 @@ def test_megatron_on_llama_as_dtensor_runs_it() -> None:
     assert all(costs[v][c] < FORBIDDEN for v, c in enumerate(result.plan.assignment))
     restricted = result.costing.problem.replace(node_costs=costs)
     assert np.isclose(float(evaluate(restricted, result.plan.assignment).objective), result.plan.objective)
+
+
+def test_a_model_output_is_never_column_split() -> None:
+    """The model's output (a head no operator reads: its caller, or the loss inside a Hugging Face
+    model, reads it whole) has no column-split form: DTensor would hand the caller its shard, and the
+    gather the caller needs is not priced. Phi-3 under a memory limit on 2 x 2 computed a loss 1.5
+    relative error away from one process with its head column split; the same split of a layer
+    inside the model stays allowed."""
+    from stratopt.machine import get_machine
+    from stratopt.planning.cluster import price
+    from stratopt.planning.torchplan import _config, find_mesh, restricted_costs
+    from stratopt.problem import FORBIDDEN
+
+    g = GraphBuilder("head")
+    g.fc(g.fc(g.input((8, 16)), 32, name="hidden"), 64, name="head")
+    costing = price(g.build(), 4, get_machine("h100"))
+    costs = restricted_costs(costing, 2, 2)
+    assert costs is not None
+    by_style = []
+    for v, op in enumerate(costing.graph.operators):
+        kinds = {c: style(op, _config(costing, v, c), [op.attrs["m"][0]], 2, 2) for c in range(len(costs[v]))}
+        by_style.append({k: [c for c in kinds if kinds[c] == k] for k in ("colwise", "rowwise")})
+    hidden, head = by_style
+    assert all(costs[0][c] < FORBIDDEN for c in hidden["colwise"])  # read by the head: may stay split
+    assert head["colwise"] and all(costs[1][c] >= FORBIDDEN for c in head["colwise"])
+    assert all(costs[1][c] < FORBIDDEN for c in head["rowwise"])
+    assert isinstance(find_mesh(costing, (hidden["colwise"][0], head["colwise"][0]), 4), str)
+    assert find_mesh(costing, (hidden["colwise"][0], head["rowwise"][0]), 4) == (2, 2)

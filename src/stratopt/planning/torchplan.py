@@ -12,6 +12,10 @@ operator that holds weights takes a form DTensor has a style for:
   width (``colwise``), or whole;
 - anything else that holds weights (convolutions, norms, experts) whole.
 
+A model's output (an operator no other reads: its caller, or the loss inside a Hugging Face model,
+reads it whole) is never column-split: DTensor would hand the caller its shard, and the gather the
+caller needs is not priced (the graph has no reader for it).
+
 Each may also shard its weight state over its ``dp`` replicas (``fsdp``: ``fully_shard``); no
 operator recomputes its outputs. Between a column-parallel module and the row-parallel ones it feeds,
 the activations stay split (``output: shard``) when every operator in between keeps the split as the
@@ -100,13 +104,10 @@ def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
     (None where some operator has none left)."""
     import numpy as np
 
-    batches = batch_axes(costing.graph)
+    batches, outputs = batch_axes(costing.graph), _read_whole(costing)
     out = []
-    for v, (op, node) in enumerate(zip(costing.graph.operators, costing.node_costs(), strict=True)):
-        ok = [
-            not costing.is_recomputed(v, c) and style(op, _config(costing, v, c), batches[op.name], dp, tp) is not None
-            for c in range(len(costing.configs[v]))
-        ]
+    for v, node in enumerate(costing.node_costs()):
+        ok = [_runs(costing, v, c, batches, outputs, dp, tp) is not None for c in range(len(costing.configs[v]))]
         if not any(ok):
             return None
         out.append(np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN)))
@@ -118,16 +119,32 @@ def _config(costing: Any, v: int, c: int) -> dict[str, int]:
     return dict(zip(op.axes, (int(x) for x in costing.configs[v][c]), strict=True))
 
 
+def _read_whole(costing: Any) -> set[int]:
+    """The operators whose output no operator reads: the model's outputs, which its caller (or the
+    loss inside a Hugging Face model) reads whole."""
+    read = {u for u, _, _ in costing.edges}
+    return set(range(len(costing.graph.operators))) - read
+
+
+def _runs(costing: Any, v: int, c: int, batches: dict[str, Any], outputs: set[int], dp: int, tp: int) -> str | None:
+    """Operator ``v``'s style under configuration ``c`` where DTensor runs it as priced, else None:
+    no recomputation, a style, and no column split of a model output (DTensor would hand the caller
+    its shard, and the gather the caller needs is not priced: the graph has no reader for it)."""
+    op = costing.graph.operators[v]
+    found = None if costing.is_recomputed(v, c) else style(op, _config(costing, v, c), batches[op.name], dp, tp)
+    return None if found == "colwise" and v in outputs else found
+
+
 def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> tuple[int, int] | str:
     """The mesh on which DTensor runs ``assignment`` as priced, or why there is none (naming the first
     operator that has no style)."""
     graph, p = costing.graph, costing.policy.procs
-    batches = batch_axes(graph)
+    batches, outputs = batch_axes(graph), _read_whole(costing)
     why = "no operator"
     for dp, tp in sorted(mesh_shapes(p, gpus_per_node), key=lambda m: -m[1]):
         for v, op in enumerate(graph.operators):
             c = assignment[v]
-            if costing.is_recomputed(v, c) or style(op, _config(costing, v, c), batches[op.name], dp, tp) is None:
+            if _runs(costing, v, c, batches, outputs, dp, tp) is None:
                 label = costing.problem.labels[v][c] if costing.problem.labels else c
                 why = f"operator {op.name} ({label}) has no DTensor form on a {dp} x {tp} mesh"
                 break
@@ -147,12 +164,12 @@ def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: in
     """Each weight-holding operator of ``assignment`` as a module placement on a ``dp x tp`` mesh
     (see the module's docstring), with the collectives the cost model priced for it."""
     graph, problem = costing.graph, costing.problem
-    batches = batch_axes(graph)
+    batches, outputs = batch_axes(graph), _read_whole(costing)
     ops = graph.operators
     styles = {}
     for v, op in enumerate(ops):
-        found = style(op, _config(costing, v, assignment[v]), batches[op.name], dp, tp)
-        if found is None or costing.is_recomputed(v, assignment[v]):
+        found = _runs(costing, v, assignment[v], batches, outputs, dp, tp)
+        if found is None:
             raise ModelError(f"operator {op.name}: its configuration has no DTensor form on a {dp} x {tp} mesh")
         styles[v] = found
     out_edges: dict[int, list[tuple[int, int]]] = {}
