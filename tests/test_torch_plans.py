@@ -163,3 +163,48 @@ def test_cli_check_plan_prints_the_table_and_json(tmp_path, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and all(out["checks"].values()) and out["world"] == 2
     assert len(out["parameter_bytes"]["per_rank"]) == 2
+
+
+_TIED = """
+import torch
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 32)
+        self.body = torch.nn.Linear(32, 32)
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        self.head.weight = self.embed.weight  # tied, as Gemma's and StarCoder2's heads are
+
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.body(self.embed(ids))))
+
+
+def model():
+    return Tied(), (torch.randint(0, 64, (8, 4), generator=torch.Generator().manual_seed(0)),)
+"""
+
+
+def test_a_tied_head_is_sharded_with_its_embedding(tmp_path) -> None:
+    """An output projection that reads the embedding's table: the importer marks it tied (one weight
+    state, its owner's), the plan shards it with its owner, parallelize shards both in one FSDP group
+    (two groups for one parameter is an error in FSDP), and check-plan compares the pair's collectives
+    together (the group gathers once, at the first of them): FSDP on 2 processes computes one
+    process's loss and gradients, holds the bytes and issues the priced collectives."""
+    from stratopt.instances import load_entry_point
+
+    source = tmp_path / "tied.py"
+    source.write_text(_TIED)
+    entry = f"{source}:model"
+    graph = load_entry_point(entry)
+    assert {op.name: op.attrs.get("tied") for op in graph.operators if op.attrs.get("params")}["head"] == "embed.weight"
+    result = plan(entry, 1, 2, simulate=False, expressible="torch")
+    fsdp = next(b for b in result.baselines if b.name == "fsdp")
+    assert find_mesh(result.costing, fsdp.assignment, 2) == (2, 1)
+    exported = ExportedPlan.of(dataclasses.replace(result, plan=fsdp))
+    assert exported.modules["head"]["fsdp"] and exported.modules["embed"]["fsdp"]
+    assert exported.modules["head"]["collectives"] == {"forward": {}, "backward": {}}
+    report = check_plan(entry, exported, 2)
+    assert report.ok, report.to_dict()["checks"]

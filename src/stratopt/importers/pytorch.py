@@ -4,6 +4,7 @@ propagation on example inputs, falling back to running the model under an eager 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -72,7 +73,22 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, name: str | None =
     finally:
         if cached:
             config.use_cache = cached
-    return emit(label, nodes, source=f"imported from PyTorch ({type(module).__name__})")
+    return _mark_tied(emit(label, nodes, source=f"imported from PyTorch ({type(module).__name__})"), module)
+
+
+def _mark_tied(graph: Graph, module: Any) -> Graph:
+    """Operators that read a parameter under another module's name (a Hugging Face output projection
+    tied to the embedding) marked ``tied`` with the owner's name: the weight has one state, one gather
+    and one gradient reduction, its owner's."""
+    owner: dict[int, str] = {}
+    alias: dict[str, str] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        alias[name] = owner.setdefault(id(p), name)
+    ops = []
+    for op in graph.operators:
+        shared = [alias[n] for n in op.attrs.get("params") or () if alias.get(n, n) != n]
+        ops.append(dataclasses.replace(op, attrs={**op.attrs, "tied": shared[0]}) if shared else op)
+    return dataclasses.replace(graph, operators=tuple(ops))
 
 
 def _shape(node: Any) -> tuple[int, ...] | None:

@@ -223,11 +223,17 @@ def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: in
                 if w not in seen:
                     seen.add(w)
                     (reaches.add if styles[w] == "rowwise" else todo.append)(w)
+    # a tied weight (an output projection reading the embedding's table) is sharded with its owner
+    owned = {n: costing.is_sharded(u, assignment[u]) and dp > 1 for u, op in enumerate(ops) for n in _params(op)}
     return [
-        _placement(costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges)
+        _placement(costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned)
         for v in range(len(ops))
         if styles[v] != "free"
     ]
+
+
+def _params(op: Operator) -> list[str]:
+    return [str(n) for n in op.attrs.get("params") or ()]
 
 
 def _relaid(
@@ -263,6 +269,7 @@ def _placement(
     split_out: bool,
     out_edges: dict[int, list[tuple[int, int]]],
     in_edges: dict[int, list[tuple[int, int]]],
+    owned: dict[str, bool],
 ) -> ModulePlacement:
     """Operator ``v``'s module placement and the collectives priced for it: the output's all-reduce
     over split input features (forward), the input gradient's over split output features (backward,
@@ -271,7 +278,8 @@ def _placement(
     (backward; FSDP: the weights gathered forward and backward, the gradient reduce-scattered)."""
     op = costing.graph.operators[v]
     c = assignment[v]
-    fsdp = costing.is_sharded(v, c) and dp > 1
+    tied = op.attrs.get("tied")
+    fsdp = owned.get(tied, False) if isinstance(tied, str) else costing.is_sharded(v, c) and dp > 1
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
     if kind in ("rowwise", "vocab"):
@@ -283,7 +291,7 @@ def _placement(
         backward["all_gather"] = 1  # a whole input split here: its gradient gathered back
     if kind == "colwise" and not split_out and _relaid(costing, assignment, v, out_edges, upstream=False):
         forward["all_gather"] = 1
-    if fsdp:
+    if fsdp and not tied:  # a tied weight's gathers and reduction are its owner's
         forward["all_gather"] = forward.get("all_gather", 0) + 1
         backward["all_gather"] = backward.get("all_gather", 0) + 1
         backward["reduce_scatter"] = 1

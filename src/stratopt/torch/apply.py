@@ -175,6 +175,30 @@ def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
     return modules
 
 
+def tied_groups(modules: dict[str, Any], names: list[str]) -> list[list[str]]:
+    """``names`` grouped by the parameters their modules share (each group in the plan's order)."""
+    owner: dict[int, int] = {}
+    groups: list[list[str]] = []
+    for name in names:
+        ids = [id(p) for p in modules[name].parameters(recurse=False)]
+        found = {owner[i] for i in ids if i in owner}
+        if found:
+            keep = min(found)
+            for other in sorted(found - {keep}, reverse=True):
+                groups[keep].extend(groups[other])
+                groups[other] = []
+            groups[keep].append(name)
+        else:
+            keep = len(groups)
+            groups.append([name])
+        for i in ids:
+            owner[i] = keep
+        for i, g in list(owner.items()):
+            if g in found:
+                owner[i] = keep
+    return [g for g in groups if g]
+
+
 def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = True) -> Parallelized:
     """Lay ``model`` out as ``plan`` says (a :class:`~stratopt.planning.PlanResult`, an exported
     plan or its path) on ``mesh``: a 2-D ``DeviceMesh`` named ``("dp", "tp")`` of the plan's shape
@@ -215,12 +239,15 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     if dp > 1:
         from torch.distributed.fsdp import fully_shard
 
-        for name, entry in exported.modules.items():
-            if entry["fsdp"]:
-                fully_shard(modules[name], mesh=mesh["dp"])
-                if not prefetch:  # an explicit list turns the implicit prefetch off; itself is already gathered
-                    modules[name].set_modules_to_backward_prefetch([modules[name]])
-                done.sharded.append(name)
+        sharded = [name for name, entry in exported.modules.items() if entry["fsdp"]]
+        for names in tied_groups(modules, sharded):
+            # modules that share a parameter (a tied embedding and output projection) shard it once, together
+            group = [modules[n] for n in names]
+            fully_shard(group if len(group) > 1 else group[0], mesh=mesh["dp"])
+            if not prefetch:  # an explicit list turns the implicit prefetch off; itself is already gathered
+                for m in group:
+                    m.set_modules_to_backward_prefetch([m])
+            done.sharded.extend(names)
         owned = set(done.sharded)
         if owned:  # the root holds the rest unsharded, so that each sharded module reshards after its forward
             kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}

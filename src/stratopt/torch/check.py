@@ -12,7 +12,7 @@ from typing import Any
 from stratopt.errors import ModelError
 from stratopt.instances.entry_points import call_entry_point
 from stratopt.planning.export import ExportedPlan, plan_from_dict
-from stratopt.torch.apply import _torch, parallelize, plan_of, validate
+from stratopt.torch.apply import _torch, parallelize, plan_of, tied_groups, validate
 from stratopt.torch.launch import run_ranks
 from stratopt.torch.record import CollectiveRecorder
 
@@ -148,6 +148,7 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
             "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
         }
     model, inputs = build_model(entry, seed, dtype)
+    tied = [g for g in tied_groups(dict(model.named_modules()), list(plan.modules)) if len(g) > 1]
     done = parallelize(model, plan, prefetch=False)
     local = done.local_batch(inputs)
     param_bytes = sum(local_part(p).numel() * p.element_size() for p in model.parameters())
@@ -173,8 +174,19 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
         "bytes": sizes,
         "counts": counts,
         "numels": {n: int(g.numel()) for n, g in reference["grads"].items()},
+        "tied": tied,
         "element": int(next(model.parameters()).element_size()),
     }
+
+
+def _summed(counts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """Counts by pass and kind, added over several modules (zeros dropped)."""
+    out: dict[str, dict[str, int]] = {}
+    for c in counts:
+        for phase, kinds in c.items():
+            for kind, n in kinds.items():
+                out.setdefault(phase, {})[kind] = out.get(phase, {}).get(kind, 0) + n
+    return _kind_counts(out)
 
 
 def _kind_counts(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -219,6 +231,12 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
                 "match": priced == seen,
             }
         )
+    # modules that share a weight are sharded together: their collectives are compared as one
+    for group in found.get("tied", []):
+        members = [r for r in rows if r["module"] in group]
+        match = _summed([r["priced"] for r in members]) == _summed([r["counted"] for r in members])
+        for r in members:
+            r["match"] = match
     unpriced = {
         name or "(outside every module)": _kind_counts(phases)
         for name, phases in counts.items()

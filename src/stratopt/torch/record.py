@@ -93,8 +93,10 @@ class CollectiveRecorder:
             self.handles.append(module.register_forward_hook(self._leave(name)))
             state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
             handle = getattr(state, "_post_forward_hook_handle", None)
-            if handle is not None and handle.id in module._forward_hooks:
-                module._forward_hooks.move_to_end(handle.id)
+            # modules sharded together (tied weights) share one state, whose handle holds one hook each
+            for one in getattr(handle, "handles", (handle,) if handle is not None else ()):
+                if one.id in module._forward_hooks:
+                    module._forward_hooks.move_to_end(one.id)
         self.mode = Mode()
         self.mode.__enter__()
         return self
