@@ -428,3 +428,26 @@ def test_a_product_whose_result_goes_unread_is_priced() -> None:
     graph = from_torch(model, (x,), name="dead")
     assert flops(graph) == pytest.approx(reference_flops(model, (x,)), rel=1e-6)
     assert solve_auto(build(graph, 2).problem, time_limit=60).status.value == "optimal"
+
+
+class _PlainNorm(torch.nn.Module):
+    """OLMo's layer norm: no scale, no shift."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16, elementwise_affine=False)
+        self.affine = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.affine(self.norm(self.fc(x)))
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_a_norm_without_weights_holds_none(tracer: str) -> None:
+    """A norm without parameters imports without weights (the cost model prices no state for it, and
+    a plan needs no module for it: OLMo's plans had no PyTorch form before); one with them keeps its."""
+    graph = _imported(_PlainNorm(), torch.randn(4, 16), tracer, "plain-norm")
+    norms = {op.name.rpartition("_")[2] or op.name: op for op in graph.operators if op.op == "norm"}
+    held = sorted(any(i.param for i in op.inputs) for op in norms.values())
+    assert held == [False, True]

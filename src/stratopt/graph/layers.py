@@ -364,21 +364,24 @@ class GraphBuilder(Builder):
             "add", name, "elementwise", a, [(b, axes_groups([f"d{i}" for i in range(len(b))]))], pointwise=pointwise
         )
 
-    def norm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm") -> TensorRef:
-        """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer norm."""
+    def norm(
+        self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm", affine: bool = True
+    ) -> TensorRef:
+        """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer
+        norm; ``affine``: with a scale and a shift per feature (weights), else none (OLMo's)."""
         if len(x) < 2:
             raise ModelError("norm: the input needs at least 2 dimensions")
         ax = self._axis(x, axis, "norm")
-        params = self.input((2, x.shape[ax]), param=True)
-        return self._over(kind, name, "norm", x, [(params, [[], [f"d{ax}"]])], attrs={"axis": f"d{ax}"})
+        weights = [(self.input((2, x.shape[ax]), param=True), [[], [f"d{ax}"]])] if affine else []
+        return self._over(kind, name, "norm", x, weights, attrs={"axis": f"d{ax}"})
 
-    def batchnorm(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
+    def batchnorm(self, x: TensorRef, *, name: str | None = None, affine: bool = True) -> TensorRef:
         """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``)."""
-        return self.norm(x, 0, name=name, kind="batchnorm")
+        return self.norm(x, 0, name=name, kind="batchnorm", affine=affine)
 
-    def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
+    def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, affine: bool = True) -> TensorRef:
         """Layer normalisation over ``axis`` (default: the last)."""
-        return self.norm(x, axis, name=name, kind="layernorm")
+        return self.norm(x, axis, name=name, kind="layernorm", affine=affine)
 
     def softmax(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
         """Softmax along ``axis``."""
