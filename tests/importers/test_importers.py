@@ -430,24 +430,29 @@ def test_a_product_whose_result_goes_unread_is_priced() -> None:
     assert solve_auto(build(graph, 2).problem, time_limit=60).status.value == "optimal"
 
 
-class _PlainNorm(torch.nn.Module):
-    """OLMo's layer norm: no scale, no shift."""
+class _Norms(torch.nn.Module):
+    """A norm with no weights (OLMo's), one (RMSNorm's scale) and two (LayerNorm's scale and shift)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = torch.nn.Linear(16, 16)
-        self.norm = torch.nn.LayerNorm(16, elementwise_affine=False)
+        self.plain = torch.nn.LayerNorm(16, elementwise_affine=False)
+        self.rms = torch.nn.RMSNorm(16)
         self.affine = torch.nn.LayerNorm(16)
 
     def forward(self, x):
-        return self.affine(self.norm(self.fc(x)))
+        return self.affine(self.rms(self.plain(self.fc(x))))
 
 
 @pytest.mark.parametrize("tracer", ["fx", "eager"])
-def test_a_norm_without_weights_holds_none(tracer: str) -> None:
-    """A norm without parameters imports without weights (the cost model prices no state for it, and
-    a plan needs no module for it: OLMo's plans had no PyTorch form before); one with them keeps its."""
-    graph = _imported(_PlainNorm(), torch.randn(4, 16), tracer, "plain-norm")
-    norms = {op.name.rpartition("_")[2] or op.name: op for op in graph.operators if op.op == "norm"}
-    held = sorted(any(i.param for i in op.inputs) for op in norms.values())
-    assert held == [False, True]
+def test_norms_are_priced_by_their_weights(tracer: str) -> None:
+    """Each norm holds the weight vectors its module has: none (the cost model prices no state, and a
+    plan needs no module for it: OLMo's plans had no PyTorch form before), a scale, or a scale and a
+    shift (RMSNorm was priced with two: a Llama's bytes 0.02% over what its ranks hold)."""
+    graph = _imported(_Norms(), torch.randn(4, 16), tracer, "norms")
+    held = [
+        sum(i.use.shape[0] for i in op.inputs if i.param) if any(i.param for i in op.inputs) else 0
+        for op in graph.operators
+        if op.op == "norm"
+    ]
+    assert held == [0, 1, 2]

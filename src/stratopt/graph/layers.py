@@ -365,23 +365,26 @@ class GraphBuilder(Builder):
         )
 
     def norm(
-        self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm", affine: bool = True
+        self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm", weights: int = 2
     ) -> TensorRef:
         """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer
-        norm; ``affine``: with a scale and a shift per feature (weights), else none (OLMo's)."""
+        norm; ``weights`` vectors per feature (2: a scale and a shift; 1: a scale, as RMSNorm; 0:
+        none, as OLMo's layer norm)."""
         if len(x) < 2:
             raise ModelError("norm: the input needs at least 2 dimensions")
+        if weights not in (0, 1, 2):
+            raise ModelError(f"norm: 0, 1 or 2 weight vectors, got {weights!r}")
         ax = self._axis(x, axis, "norm")
-        weights = [(self.input((2, x.shape[ax]), param=True), [[], [f"d{ax}"]])] if affine else []
-        return self._over(kind, name, "norm", x, weights, attrs={"axis": f"d{ax}"})
+        held = [(self.input((weights, x.shape[ax]), param=True), [[], [f"d{ax}"]])] if weights else []
+        return self._over(kind, name, "norm", x, held, attrs={"axis": f"d{ax}"})
 
-    def batchnorm(self, x: TensorRef, *, name: str | None = None, affine: bool = True) -> TensorRef:
+    def batchnorm(self, x: TensorRef, *, name: str | None = None, weights: int = 2) -> TensorRef:
         """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``)."""
-        return self.norm(x, 0, name=name, kind="batchnorm", affine=affine)
+        return self.norm(x, 0, name=name, kind="batchnorm", weights=weights)
 
-    def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, affine: bool = True) -> TensorRef:
+    def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, weights: int = 2) -> TensorRef:
         """Layer normalisation over ``axis`` (default: the last)."""
-        return self.norm(x, axis, name=name, kind="layernorm", affine=affine)
+        return self.norm(x, axis, name=name, kind="layernorm", weights=weights)
 
     def softmax(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
         """Softmax along ``axis``."""

@@ -235,10 +235,11 @@ def _emit_one(
             return g.embedding(g.input(n.shape[:-1]), vocab, dim, name=_safe(n.name))
         return None
     if kind in ("layernorm", "batchnorm", "softmax") and len(tensors) == 1:
-        if kind == "layernorm":  # a norm without parameters (OLMo's) holds no weights
-            return g.layernorm(tensors[0], int(a.get("axis", -1)), name=_safe(n.name), affine=bool(params))
+        held = min(len(params), 2)  # priced by its weights: RMSNorm's scale, LayerNorm's two, OLMo's none
+        if kind == "layernorm":
+            return g.layernorm(tensors[0], int(a.get("axis", -1)), name=_safe(n.name), weights=held)
         if kind == "batchnorm":
-            return g.batchnorm(tensors[0], name=_safe(n.name), affine=bool(params))
+            return g.batchnorm(tensors[0], name=_safe(n.name), weights=held)
         return g.softmax(tensors[0], a.get("axis", -1), name=_safe(n.name))
     if kind == "pool" and len(tensors) == 1 and len(tensors[0]) == 4 and len(n.shape) == 4:
         window, stride = a.get("window"), a.get("stride")

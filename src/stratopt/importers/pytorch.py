@@ -144,6 +144,7 @@ def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[i
         (nn.Linear, "fc"),
         (nn.Embedding, "embedding"),
         (nn.LayerNorm, "layernorm"),
+        (nn.RMSNorm, "layernorm"),  # a leaf module to torch.fx: its one scale is its weight
         (nn.BatchNorm2d, "batchnorm"),
         (nn.BatchNorm1d, "batchnorm"),
         (nn.Softmax, "softmax"),
