@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
+from stratopt.importers.common import first_line
 
 __all__ = [
     "LARGE",
@@ -293,9 +294,7 @@ def from_config(spec: str, *, device: str = "meta") -> tuple[Any, tuple[Any, ...
     try:
         config = t.AutoConfig.from_pretrained(str(file), local_files_only=True)
     except Exception as exc:  # any failure to read it is the file's: one line
-        raise ModelError(
-            f"{spec}: transformers cannot read {file} ({type(exc).__name__}: {_first_line(exc)})"
-        ) from None
+        raise ModelError(f"{spec}: transformers cannot read {file} ({type(exc).__name__}: {first_line(exc)})") from None
     names = list(getattr(config, "architectures", None) or [])
     cls = getattr(t, names[0], None) if names else None
     if names and cls is None:
@@ -307,7 +306,7 @@ def from_config(spec: str, *, device: str = "meta") -> tuple[Any, tuple[Any, ...
             model = cls(config) if cls is not None else t.AutoModel.from_config(config)
     except Exception as exc:
         what = names[0] if names else f"model type {config.model_type!r}"
-        raise ModelError(f"{spec}: cannot build {what} ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise ModelError(f"{spec}: cannot build {what} ({type(exc).__name__}: {first_line(exc)})") from None
     return _example(model.eval(), config, sizes, device)
 
 
@@ -329,7 +328,3 @@ def _example(model: Any, config: Any, sizes: dict[str, int], device: str) -> tup
     if getattr(config, "is_encoder_decoder", False):
         return keyword_call(model, ("input_ids", "decoder_input_ids")), (ids, ids[:, : max(1, sizes["seq"] // 2)])
     return model, (ids,)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]

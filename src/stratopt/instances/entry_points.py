@@ -14,6 +14,7 @@ from typing import Any
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.importers import from_torch
+from stratopt.importers.common import first_line
 from stratopt.importers.hf import from_config, is_config_spec
 
 _ENTRY_POINT = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|[^:]+\.py):(?P<function>[A-Za-z_]\w*)$")
@@ -80,7 +81,7 @@ def call_entry_point(text: str, *, device: str = "meta") -> Any:
     except ModelError:
         raise
     except Exception as exc:  # the user's module: any error on import is theirs to see, in one line
-        raise ModelError(f"{text}: cannot import {where} ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise ModelError(f"{text}: cannot import {where} ({type(exc).__name__}: {first_line(exc)})") from None
     target = getattr(module, function, None)
     if target is None:
         raise ModelError(f"{text}: {where} has no attribute {function!r}")
@@ -89,7 +90,7 @@ def call_entry_point(text: str, *, device: str = "meta") -> Any:
     except ModelError:
         raise
     except Exception as exc:
-        raise ModelError(f"{text}: calling {function}() failed ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise ModelError(f"{text}: calling {function}() failed ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def _module_of(text: str) -> Any:
@@ -102,7 +103,3 @@ def _config_name(spec: str) -> str:
     """A configuration's graph name: its folder's (the folder holding a config.json)."""
     path = Path(spec[3:].split(",")[0]).expanduser()
     return (path.parent if path.name == "config.json" else path).name or "hf-model"
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]

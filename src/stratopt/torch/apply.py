@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import networkx as nx
+
 from stratopt.errors import ModelError
 from stratopt.planning.export import ExportedPlan, load_plan
 
@@ -176,27 +178,17 @@ def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
 
 
 def tied_groups(modules: dict[str, Any], names: list[str]) -> list[list[str]]:
-    """``names`` grouped by the parameters their modules share (each group in the plan's order)."""
-    owner: dict[int, int] = {}
-    groups: list[list[str]] = []
+    """``names`` grouped by the parameters their modules share (a group and its members in the plan's
+    order): the connected pieces of the graph joining each module to its parameters."""
+    graph = nx.Graph()
     for name in names:
-        ids = [id(p) for p in modules[name].parameters(recurse=False)]
-        found = {owner[i] for i in ids if i in owner}
-        if found:
-            keep = min(found)
-            for other in sorted(found - {keep}, reverse=True):
-                groups[keep].extend(groups[other])
-                groups[other] = []
-            groups[keep].append(name)
-        else:
-            keep = len(groups)
-            groups.append([name])
-        for i in ids:
-            owner[i] = keep
-        for i, g in list(owner.items()):
-            if g in found:
-                owner[i] = keep
-    return [g for g in groups if g]
+        graph.add_node(name)
+        graph.add_edges_from((name, id(p)) for p in modules[name].parameters(recurse=False))
+    order = {name: k for k, name in enumerate(names)}
+    groups = [
+        sorted((n for n in piece if n in order), key=order.__getitem__) for piece in nx.connected_components(graph)
+    ]
+    return sorted(groups, key=lambda g: order[g[0]])
 
 
 def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = True) -> Parallelized:
