@@ -48,7 +48,7 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
     ("edit", "message"),
     [
         (lambda d: d.update(format="other"), "not a stratopt plan"),
-        (lambda d: d.update(version=3), "plan version 3"),
+        (lambda d: d.update(version=4), "plan version 4"),
         (lambda d: d.update(mesh={"shape": [3, 1]}), "not the cluster"),
         (
             lambda d: d.update(mesh={"shape": [1, 4]}, modules={"fc": {"tp": "diagonal", "fsdp": False}}),
@@ -87,3 +87,31 @@ def test_unreadable_files(tmp_path) -> None:
     broken.write_text("{")
     with pytest.raises(ModelError, match="invalid JSON"):
         load_plan(broken)
+
+
+def test_export_all_writes_every_strategy_that_runs(tmp_path, capsys) -> None:
+    """plan --export-all DIR: the plan and each baseline PyTorch runs as priced, a file each, named
+    after the strategy and loading back as it; the others are listed with the reason."""
+    pytest.importorskip("torch")
+    result = plan("stratopt.torch.models:mlp", 1, 4, simulate=False, expressible="torch")
+    written = result.export_all(tmp_path / "all")
+    assert set(written) == {"plan", *(b.name for b in result.baselines)}
+    files = {name: where for name, where in written.items() if where.endswith(".json")}
+    assert {"plan", "data-parallel", "fsdp", "megatron-tp2", "megatron-tp4"} <= set(files), written
+    for name, where in files.items():
+        loaded = load_plan(where)
+        strategy = result.plan if name == "plan" else next(b for b in result.baselines if b.name == name)
+        assert loaded.name == name and loaded.mesh is not None and loaded.estimate_us == strategy.estimate
+    assert load_plan(files["megatron-tp4"]).mesh == (1, 4) and load_plan(files["data-parallel"]).mesh == (4, 1)
+    for name in set(written) - set(files):
+        assert written[name], name  # a reason, never silence
+    argv = ["plan", "stratopt.torch.models:mlp", "--nodes", "1", "--gpus-per-node", "4", "--no-simulate"]
+    assert main([*argv, "--expressible", "torch", "--export-all", str(tmp_path / "cli"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {k: v.replace(str(tmp_path / "cli"), "") for k, v in data["exported"].items() if v.endswith(".json")} == {
+        k: v.replace(str(tmp_path / "all"), "") for k, v in files.items()
+    }
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert main([*argv, "--export-all", str(blocked / "sub")]) == 2
+    assert "cannot make the folder" in capsys.readouterr().err

@@ -47,6 +47,14 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
                 assert model.endswith("resnet") and strategy.name.startswith("megatron")  # convolutions: no style
                 continue
             out.append((model, strategy.name, ExportedPlan.of(dataclasses.replace(result, plan=strategy))))
+    # every block checkpointed, and the same on data-parallel devices under 60% of its memory (FSDP too)
+    llama = "stratopt.importers.hf:llama"
+    full = plan(llama, 1, world, simulate=False, expressible="torch", recompute="full")
+    out.append((llama, "recompute-full", ExportedPlan.of(full)))
+    spread = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full")
+    limit = 0.6 * float(spread.plan.memory or 0.0) / 1e9
+    tight = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
+    out.append((llama, "recompute-fsdp", ExportedPlan.of(tight)))
     return out
 
 
@@ -88,6 +96,17 @@ def test_every_plan_runs_as_priced(checked) -> None:
         assert not bad, (where, bad[:2])
         assert report.ok, where
         assert {row["module"] for row in report.collectives} == set(exported.modules), where
+    # the recomputing plans checkpoint every block, and each module inside runs its forward again
+    for (_, name, exported), report in zip(cases, reports, strict=False):
+        if name.startswith("recompute"):
+            assert exported.recompute == ("layers.0", "layers.1"), name
+            again = [n for n, r in report.reruns.items() if r["planned"]]
+            assert len(again) > len(exported.recompute) and report.checks["recomputation"], name
+            assert all(r["counted"] == r["planned"] for r in report.reruns.values()), name
+            if name == "recompute-fsdp":
+                assert any(e["fsdp"] for e in exported.modules.values()), "60% of the memory shards some weights"
+        else:
+            assert not exported.recompute and not any(r["counted"] for r in report.reruns.values()), name
     # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
     for model in MODELS:
         names = [name for m, name, _ in cases if m == model]

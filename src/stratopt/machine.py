@@ -62,6 +62,9 @@ class Machine:
         Fitted parameters of the step predictor (``(name, value)`` pairs of
         :class:`Calibration`; empty: its defaults), as
         ``stratopt calibrate`` writes them into a machine file.
+    dtype_bytes
+        Bytes per value of the training dtype the figures are for: 2 (bf16, the presets) or 4
+        (float32, as ``stratopt profile`` measures a CPU); the ``default`` profile prices with it.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Machine:
     efficiency: float = 1.0
     description: str = ""
     calibration: tuple[tuple[str, float], ...] = ()
+    dtype_bytes: int = 2
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,6 +92,8 @@ class Machine:
                 raise ModelError(f"machine {self.name!r}: {name} must be positive, got {value!r}")
         if self.devices_per_node < 1:
             raise ModelError(f"machine {self.name!r}: devices_per_node must be at least 1")
+        if self.dtype_bytes not in (1, 2, 4, 8):
+            raise ModelError(f"machine {self.name!r}: dtype_bytes must be 1, 2, 4 or 8, got {self.dtype_bytes!r}")
         if self.intra_latency_us < 0 or self.inter_latency_us < 0:
             raise ModelError(f"machine {self.name!r}: latencies must not be negative")
 
@@ -275,7 +281,7 @@ def read_machine(path: str) -> Machine:
     unknown = sorted(set(given) - known)
     if unknown:
         raise ModelError(f"{path}: unknown machine field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
-    kinds = {"name": str, "description": str, "devices_per_node": int}
+    kinds = {"name": str, "description": str, "devices_per_node": int, "dtype_bytes": int}
     values: dict[str, object] = {}
     for key, value in given.items():
         if key == "calibration":

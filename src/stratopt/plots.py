@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["cost_vs_procs", "gaps", "pyplot", "time_vs_size"]
+__all__ = ["cost_vs_procs", "gaps", "machine_profile", "pyplot", "time_vs_size"]
 
 
 def cost_vs_procs(
@@ -81,4 +81,41 @@ def gaps(rows: Sequence[tuple[str, str, float]], path: str | os.PathLike[str]) -
     if solvers:
         ax.legend(fontsize="small")
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def machine_profile(data: Mapping, path: str | os.PathLike[str]) -> None:
+    """``stratopt profile --plot``: the matrix products' rate against their size with the fitted
+    curve, the memory bandwidth, and each collective's bandwidth against the message size."""
+    plt = pyplot()
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14.0, 4.2), layout="constrained")
+    gemm = data["gemm"]
+    flops = sorted(r["flops"] for r in gemm)
+    left.plot([r["flops"] / 1e9 for r in gemm], [r["tflops"] for r in gemm], "o", label="measured")
+    rate, half = data["fit"]["gemm_rate_tflops"], data["fit"]["gemm_half_gflop"] * 1e9
+    left.plot([w / 1e9 for w in flops], [rate * w / (w + half) for w in flops], "-", label="fitted")
+    left.axhline(data["attention"]["tflops"], linestyle=":", color="gray", label="fused attention")
+    left.set_xscale("log")
+    left.set_xlabel("GFLOP per product")
+    left.set_ylabel("TFLOP/s")
+    left.set_title("matrix products")
+    left.legend(fontsize="small")
+    band = data["bandwidth"]
+    middle.plot([r["bytes"] / 1e6 for r in band], [r["gbps"] for r in band], "o-")
+    middle.set_xscale("log")
+    middle.set_xlabel("MB moved")
+    middle.set_ylabel("GB/s")
+    middle.set_title("memory bandwidth (elementwise add)")
+    for kind in dict.fromkeys(r["kind"] for r in data["collectives"]):
+        rows = [r for r in data["collectives"] if r["kind"] == kind]
+        right.plot([r["bytes"] for r in rows], [r["gbps"] for r in rows], "o-", label=kind)
+    right.set_xscale("log")
+    right.set_xlabel("bytes per message")
+    right.set_ylabel("GB/s (bytes / seconds)")
+    right.set_title(f"collectives over {data['world']} ranks ({data['backend']})")
+    if data["collectives"]:
+        right.legend(fontsize="small")
+    for ax in (left, middle, right):
+        ax.grid(True, which="both", alpha=0.3)
+    fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -261,14 +261,21 @@ def print_evaluation(problem: StrategyProblem, ev: Evaluation) -> None:
     print("feasible: yes" if ev.feasible else f"feasible: no: {ev.violation}")
 
 
-def print_plan(result: Any, pipelined: dict[str, Any] | None = None, exported: str | None = None) -> None:
+def print_plan(
+    result: Any,
+    pipelined: dict[str, Any] | None = None,
+    exported: str | None = None,
+    written: dict[str, str] | None = None,
+) -> None:
     """``stratopt plan``: the plan in words, the plan and every baseline side by side, then the
-    pipeline (``--stages``) and where the plan was exported."""
+    pipeline (``--stages``) and where the plan (and, with ``--export-all``, each strategy) went."""
     _print_plan(result)
     if pipelined is not None:
         print_pipeline(pipelined, result)
     if exported is not None:
         print(f"wrote {exported}")
+    for name, where in (written or {}).items():
+        print(f"{name}: {'wrote ' if where.endswith('.json') else 'not written: '}{where}")
 
 
 def _print_plan(result: Any) -> None:
@@ -371,11 +378,19 @@ def print_check(report: Any) -> None:
     )
     matched = sum(1 for row in report.collectives if row["match"])
     print(f"collectives         {verdict('collectives'):8}  {matched} of {len(report.collectives)} modules as priced")
+    again = report.reruns
+    if any(r["planned"] or r["counted"] for r in again.values()):
+        planned = sum(1 for r in again.values() if r["planned"])
+        counted = sum(1 for r in again.values() if r["planned"] == r["counted"])
+        print(
+            f"recomputation       {verdict('recomputation'):8}  {counted} of {len(again)} modules and blocks ran "
+            f"their forward again as planned ({planned} recompute)"
+        )
 
     def kinds(phases: dict[str, dict[str, int]]) -> str:
         parts = [
-            f"{ {'forward': 'fwd', 'backward': 'bwd'}[phase] } {k}" + (f" x{n}" if n > 1 else "")
-            for phase in ("forward", "backward")
+            f"{ {'forward': 'fwd', 'backward': 'bwd', 'recompute': 'again'}[phase] } {k}" + (f" x{n}" if n > 1 else "")
+            for phase in ("forward", "backward", "recompute")
             for k, n in phases.get(phase, {}).items()
         ]
         return ", ".join(parts) or "none"
@@ -512,3 +527,36 @@ def one_line_warnings(say: Callable[[str], None], *always: type[Warning]) -> Ite
             warnings.simplefilter("always", category)
         warnings.showwarning = show
         yield
+
+
+def print_profile(found: Any, output: str | None, plot: str | None) -> None:
+    """``stratopt profile``: what was measured, the machine fitted to it, and where it went."""
+    m, fit = found.machine, found.fit
+    print(f"{m.description}; {found.seconds:.0f} s")
+    rows: list[tuple[str, ...]] = [("product (m x k x n)", "GFLOP", "seconds", "TFLOP/s")]
+    for r in found.gemm:
+        rows.append(
+            (f"{r['m']} x {r['k']} x {r['n']}", f"{r['flops'] / 1e9:.3g}", f"{r['seconds']:.3g}", f"{r['tflops']:.3g}")
+        )
+    _print_rows(rows, right={1, 2, 3})
+    print(
+        f"products: {fit['gemm_rate_tflops']:.3g} TFLOP/s once past {fit['gemm_half_gflop']:.3g} GFLOP of overhead "
+        f"(peak measured {m.peak_tflops:.3g}); fused attention {found.attention['tflops']:.3g} TFLOP/s; "
+        f"memory {m.hbm_gbps:.3g} GB/s"
+    )
+    if found.collectives:
+        kinds = dict.fromkeys(r["kind"] for r in found.collectives)
+        sizes = sorted({r["bytes"] for r in found.collectives})
+        rows = [("bytes", *kinds)]
+        for n in sizes:
+            by = {r["kind"]: r for r in found.collectives if r["bytes"] == n}
+            rows.append((f"{n:,}", *(f"{by[k]['seconds'] * 1e6:,.0f} us" if k in by else "-" for k in kinds)))
+        print()
+        _print_rows(rows, right=set(range(len(kinds) + 1)))
+        print(
+            f"links ({found.backend}, {found.world} ranks): {m.intra_gbps:.3g} GB/s, {m.intra_latency_us:.3g} us a message"
+        )
+    if output is not None:
+        print(f"wrote {output} (use it as --machine {output})")
+    if plot is not None:
+        print(f"wrote {plot}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratopt import report
+from stratopt import plots, report
 from stratopt.errors import ModelError
 from stratopt.graph.decoder import parse_decoder
 from stratopt.graph.io import save_graph
@@ -37,6 +37,7 @@ from stratopt.solvers import solve_named
 from stratopt.solvers.base import Status
 from stratopt.solvers.contest import answer
 from stratopt.torch import check_plan
+from stratopt.torch.profile import profile
 from stratopt.torch.train import train
 
 OK, NO_SOLUTION, BAD_INPUT = 0, 1, 2
@@ -226,10 +227,11 @@ def plan_cmd(args: argparse.Namespace) -> int:
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     limit = 120.0 if args.time_limit is None else args.time_limit
     options = {"machine": args.machine, "memory_gb": args.memory, "time_limit": limit, "simulate": not args.no_simulate}
-    options["expressible"] = args.expressible
+    options["expressible"], options["recompute"] = args.expressible, args.recompute
     result = plan(args.model, args.nodes, args.gpus_per_node, progress=None if args.json else stderr, **options)
     if args.export is not None:
         result.export(args.export)
+    written = result.export_all(args.export_all) if args.export_all is not None else None
     pipelined = None
     if args.stages != "1":
         graph, machine = result.costing.graph, result.cluster.machine
@@ -237,7 +239,9 @@ def plan_cmd(args: argparse.Namespace) -> int:
             graph, args.nodes, args.gpus_per_node, machine, memory_gb=result.memory_gb, beside=result, **_staging(args)
         )
     data = {**result.to_dict(), **({"pipeline": pipelined} if pipelined is not None else {})}
-    _show(args, data, lambda: report.print_plan(result, pipelined, args.export))
+    if written is not None:
+        data["exported"] = written
+    _show(args, data, lambda: report.print_plan(result, pipelined, args.export, written))
     return OK if result.plan.assignment is not None and result.plan.fits else NO_SOLUTION
 
 
@@ -334,3 +338,29 @@ def iopddl_cmd(args: argparse.Namespace) -> int:
 
 class LeaveAtOnce(int):
     """An exit code after which :func:`entry` ends the process at once (the contest's clock runs until then)."""
+
+
+def profile_cmd(args: argparse.Namespace) -> int:
+    """measure this machine with PyTorch and write it as a machine file
+
+    Times matrix products across sizes, fused attention, memory bandwidth and, over --world local
+    ranks (gloo on the CPU, NCCL on GPUs), all-reduce, all-gather, reduce-scatter, all-to-all and
+    send/recv across message sizes; fits the machine the cost model prices with and writes it (-o),
+    a file every --machine takes.
+    """
+    if args.output is not None and not Path(args.output).resolve().parent.is_dir():
+        raise ModelError(f"{args.output}: cannot write the machine file (no such folder)")
+    found = profile(args.device, args.world, name=args.name, progress=None if args.json else _bar)
+    if args.output is not None:
+        write_machine(found.machine, args.output)
+    if args.plot is not None:
+        plots.machine_profile(found.to_dict(), args.plot)
+    _show(args, found.to_dict(), lambda: report.print_profile(found, args.output, args.plot))
+    return OK
+
+
+def _bar(what: str, done: int, total: int) -> None:
+    """A progress bar on stderr, one line per measurement."""
+    width = 20
+    filled = round(width * done / max(total, 1))
+    stderr(f"profile [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}")

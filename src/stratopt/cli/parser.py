@@ -114,8 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", default="h100", metavar="NAME", help="h100 (default), a100, or a machine file")
     p.add_argument("--memory", type=_positive(float, "number of GB"), metavar="GB", help="per device (the device's)")
     p.add_argument("--export", metavar="FILE.json", help="write the plan, operator by operator, as mesh splits")
+    p.add_argument("--export-all", metavar="DIR", help="write the plan and every baseline that runs, a file each")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator (large models)")
     p.add_argument("--expressible", choices=("torch",), help="only strategies PyTorch's DTensor runs (check-plan)")
+    p.add_argument(
+        "--recompute", choices=("auto", "full", "none"), default="auto", help="auto (where memory binds), full, none"
+    )
     p.add_argument("--stages", default="1", metavar="auto|N", help="pipeline stages: 1 (default: none), N, or auto")
     _options(p, "outputs", "time", "json", "pipeline", limit="seconds for the memory search (default 120)")
     p = _add(sub, commands.check_plan_cmd)
@@ -132,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="also run the steps on one process and compare the losses")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float64 tells rounding apart")
     _options(p, "time", "seed", "json", limit="seconds the ranks may take (600)")
+    p = _add(sub, commands.profile_cmd)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="what to measure (cpu)")
+    p.add_argument("--world", type=_count, default=2, metavar="N", help="local ranks for the collectives (2)")
+    p.add_argument("--name", metavar="NAME", help="the machine's name (profiled-DEVICE)")
+    p.add_argument("--output", "-o", metavar="FILE.json", help="write the machine file here")
+    p.add_argument("--plot", metavar="FILE.png", help="plot the measured curves")
+    _options(p, "json")
     p = _add(sub, commands.import_cmd)
     p.add_argument(
         "model",

@@ -231,7 +231,7 @@ def signature(op: Operator) -> tuple[Any, ...]:
         op.outputs,
         tuple(sorted(op.locked)),
         op.pointwise,
-        repr(sorted((k, v) for k, v in op.attrs.items() if k != "params")),  # names only
+        repr(sorted((k, v) for k, v in op.attrs.items() if k not in ("params", "scope"))),  # names only
         op.contiguous,
     )
 
@@ -286,8 +286,9 @@ def build(
     recompute
         Also offer every configuration (sharded twins included) with the operator's outputs
         recomputed in the backward pass instead of kept for it (labelled ``... recompute``): its
-        forward runs twice, communication on the forward path included, and its outputs are not
-        held. Each operator decides for itself (selective recomputation), so a search under a
+        forward runs twice, communication on the forward path included (but for a sharded weight's
+        gather: FSDP keeps the weights it gathers for the recomputation for the backward pass), and
+        its outputs are not held. Each operator decides for itself (selective recomputation), so a search under a
         memory limit recomputes where memory binds. ``default`` profile only.
 
     Raises
@@ -355,7 +356,9 @@ def build(
             compute, comm, memory, fwd, sync, _, gather = _fields(costs)
             ahead = costs.compute_phases()[0]
             held = np.minimum(output_bytes(ops[v], cfg, prof.dtype_bytes), memory)  # none inside a fused kernel
-            again = (compute + ahead, comm + fwd, memory - held, fwd, sync, ahead, gather)
+            # the forward runs again with its communication, but for FSDP's weight gather: the
+            # weights gathered for the recomputation stay for the backward pass, which gathers none
+            again = (compute + ahead, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather)
             unique_configs[key] = np.vstack([cfg, cfg])
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])

@@ -66,8 +66,8 @@ _US = 1e6  # seconds -> microseconds
 class DefaultProfile(EdgePricing):
     """Realistic step time (microseconds) and memory (bytes) on ``machine``.
 
-    ``dtype_bytes`` is the training dtype (2 for bf16), ``state_bytes`` the optimizer state per
-    weight element (8: Adam's two fp32 moments).
+    ``dtype_bytes`` is the training dtype (default: the machine's, 2 for bf16 on the presets),
+    ``state_bytes`` the optimizer state per weight element (8: Adam's two fp32 moments).
     """
 
     name = "default"
@@ -75,9 +75,9 @@ class DefaultProfile(EdgePricing):
     #: Gradients are all-reduced in buckets of this many bytes (:meth:`_grad_ar`).
     BUCKET_BYTES = 25e6
 
-    def __init__(self, machine: Machine, *, dtype_bytes: int = 2, state_bytes: int = 8) -> None:
+    def __init__(self, machine: Machine, *, dtype_bytes: int | None = None, state_bytes: int = 8) -> None:
         self.machine = machine
-        self.dtype_bytes = dtype_bytes
+        self.dtype_bytes = machine.dtype_bytes if dtype_bytes is None else dtype_bytes
         self.state_bytes = state_bytes
         self.flops = machine.peak_tflops * 1e12 * machine.efficiency
         self.hbm = machine.hbm_gbps * 1e9

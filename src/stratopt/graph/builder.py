@@ -40,6 +40,8 @@ class Builder:
         self._ops: list[Operator] = []
         self._names: set[str] = set()
         self._counts: dict[str, int] = {}
+        #: Recorded on every operator added while set (``attrs["scope"]``): the module that runs it.
+        self.scope = ""
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -88,7 +90,7 @@ class Builder:
             outs,
             frozenset(locked),
             int(pointwise),
-            dict(attrs or {}),
+            {**(attrs or {}), **({"scope": self.scope} if self.scope else {})},
             contiguous,
         )
         operator.validate()

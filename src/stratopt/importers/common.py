@@ -93,6 +93,7 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
             empty.add(n.name)
             continue
         n.inputs = [x for x in n.inputs if real(x) not in empty]
+        g.scope = str(n.attrs.get("scope") or "")  # the module that ran the node, where the importer knows it
         try:
             out = _emit_one(g, n, [real(x) for x in n.inputs], env, by_name, pointwise.get(n.name, 0))
         except ModelError as exc:

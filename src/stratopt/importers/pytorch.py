@@ -108,6 +108,7 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
     modules = dict(gm.named_modules())
     nodes: list[Node] = []
     for node in gm.graph.nodes:
+        start = len(nodes)
         shape = _shape(node)
         ins = [a.name for a in node.all_input_nodes]
         if node.op == "output" or shape is None:
@@ -126,7 +127,22 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
                 nodes.extend(_attention(node, ins, shape))
             else:
                 nodes.append(_function_node(node, fname, ins, shape))
+        scope = _scope(node)
+        for made in nodes[start:] if scope else ():  # the module that made each node (its operators keep it)
+            made.attrs["scope"] = scope
     return nodes
+
+
+def _scope(node: Any) -> str:
+    """The innermost module whose forward made ``node`` (qualified name; a leaf module's own node:
+    the module; "" at the top), from the module stack torch.fx records as it traces."""
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1]
+    return str(path[0] if isinstance(path, tuple) else path)
 
 
 def _params(module: Any, prefix: str, qualified: str) -> list[Node]:

@@ -1,14 +1,18 @@
 """The exported plan: ``stratopt plan --export`` / :meth:`PlanResult.export`, read back by
 :func:`load_plan`.
 
-A JSON object ``{"format": "stratopt-plan", "version": 2, "model", "cluster", "estimate_us",
-"simulated_us", "memory_bytes", "operators", "mesh", "modules"}``; ``operators`` maps each operator
+A JSON object ``{"format": "stratopt-plan", "version": 3, "model", "strategy", "cluster", "estimate_us",
+"simulated_us", "memory_bytes", "operators", "mesh", "modules", "recompute"}``; ``operators`` maps each operator
 name to ``{"op", "mesh": [[axis, ways], ...], "axes": {axis: size}}``: the axes it splits and how many
 ways. ``mesh`` is ``{"shape": [dp, tp], "names": ["dp", "tp"]}``, the device mesh PyTorch runs the
 plan on, and ``modules`` maps each PyTorch module (qualified name) to its placement
 (:class:`~stratopt.planning.torchplan.ModulePlacement`: ``tp`` style, ``fsdp``, activation layouts,
 parameters and the collectives priced); where DTensor cannot run the plan, ``mesh`` is null,
-``modules`` empty and ``why`` says which operator stops it. Version 1 files (no mesh) still load.
+``modules`` empty and ``why`` says which operator stops it. ``recompute`` lists the blocks (modules)
+checkpointed: each runs its forward again in the backward pass instead of keeping what it makes
+(:mod:`~stratopt.planning.recompute`); a module inside one has a ``"recompute"`` pass among its
+collectives. ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
+(no mesh) and 2 (no recomputation) still load.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
+from stratopt.planning.recompute import checkpointed
 from stratopt.planning.torchplan import find_mesh, module_placements
 from stratopt.problem import read_json
 
-FORMAT, VERSION = "stratopt-plan", 2
+FORMAT, VERSION = "stratopt-plan", 3
+PHASES = ("forward", "backward", "recompute")
 STYLES = ("replicate", "colwise", "rowwise", "vocab")
 
 __all__ = ["ExportedPlan", "load_plan", "plan_from_dict"]
@@ -45,6 +51,8 @@ class ExportedPlan:
     mesh: tuple[int, int] | None = None
     modules: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     why: str = ""
+    recompute: tuple[str, ...] = ()
+    name: str = "plan"
 
     @classmethod
     def of(cls, result: Any) -> ExportedPlan:
@@ -62,13 +70,18 @@ class ExportedPlan:
             }
         cluster = result.to_dict()["cluster"]
         mesh, modules, why = _modules(costing, plan.assignment, result.cluster.gpus_per_node)
-        return cls(result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why)
+        found = checkpointed(costing, plan.assignment)
+        recompute = tuple(found) if isinstance(found, list) else ()
+        return cls(
+            result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why, recompute
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "version": VERSION,
             "model": self.model,
+            "strategy": self.name,
             "cluster": self.cluster,
             "estimate_us": self.estimate_us,
             "simulated_us": self.simulated_us,
@@ -76,6 +89,7 @@ class ExportedPlan:
             "operators": self.operators,
             "mesh": None if self.mesh is None else {"shape": list(self.mesh), "names": ["dp", "tp"]},
             "modules": self.modules,
+            "recompute": list(self.recompute),
             **({"why": self.why} if self.why else {}),
         }
 
@@ -121,8 +135,8 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
     """An exported plan's JSON value (see :func:`load_plan`), validated; ``path`` names it in errors."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ModelError(f'{path}: not a stratopt plan (expected "format": "{FORMAT}")')
-    if data.get("version") not in (1, VERSION):
-        raise ModelError(f"{path}: plan version {data.get('version')!r}; this stratopt reads versions 1 and {VERSION}")
+    if data.get("version") not in (1, 2, VERSION):
+        raise ModelError(f"{path}: plan version {data.get('version')!r}; this stratopt reads versions 1 to {VERSION}")
     for key, kind in (("model", str), ("cluster", dict), ("operators", dict)):
         if not isinstance(data.get(key), kind):
             raise ModelError(f"{path}: {key!r} must be a JSON {'string' if kind is str else 'object'}")
@@ -163,6 +177,9 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
             raise ModelError(f"{path}: {key!r} must be a number or null, got {value!r}")
         figures[key] = None if value is None else float(value)
     mesh, modules = _check_modules(path, data, cluster["devices"])
+    recompute = data.get("recompute", [])
+    if not (isinstance(recompute, list) and all(isinstance(x, str) and x for x in recompute)):
+        raise ModelError(f"{path}: 'recompute' must be a list of module names, got {recompute!r}")
     return ExportedPlan(
         data["model"],
         cluster,
@@ -170,12 +187,14 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
         mesh=mesh,
         modules=modules,
         why=str(data.get("why", "")),
+        recompute=tuple(recompute),
+        name=str(data.get("strategy", "plan")),
         **figures,
     )
 
 
 def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple[int, int] | None, dict[str, Any]]:
-    """The mesh and module placements of a version 2 plan, validated."""
+    """The mesh and module placements of a plan of version 2 or later, validated."""
     mesh, modules = data.get("mesh"), data.get("modules") or {}
     if mesh is None:
         return None, {}
@@ -204,10 +223,12 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
         counts = entry.get("collectives", {})
         if not (
             isinstance(counts, dict)
-            and set(counts) <= {"forward", "backward"}
+            and set(counts) <= set(PHASES)
             and all(isinstance(c, dict) and all(_count(n) for n in c.values()) for c in counts.values())
         ):
-            raise ModelError(f'{where}: \'collectives\' must be {{"forward": {{kind: count}}, "backward": {{...}}}}')
+            raise ModelError(
+                f'{where}: \'collectives\' must be {{"forward": {{kind: count}}, "backward": {{...}}, "recompute": {{...}}}}'
+            )
     return (shape[0], shape[1]), modules
 
 

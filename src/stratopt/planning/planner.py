@@ -36,6 +36,7 @@ Where the simulator runs a fitting baseline faster than the plan, the result say
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,10 +50,11 @@ from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory, under_memory
+from stratopt.planning.recompute import MODES, allowed, blocks
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
 from stratopt.planning.words import describe_layers
-from stratopt.problem import evaluate
+from stratopt.problem import FORBIDDEN, evaluate
 from stratopt.sim.trace import simulate_strategy
 
 
@@ -67,6 +69,7 @@ def plan(
     simulate: bool = True,
     progress: Callable[[str], None] | None = None,
     expressible: str | None = None,
+    recompute: str = "auto",
 ) -> PlanResult:
     """The optimal plan for ``model`` on ``nodes`` x ``gpus_per_node`` devices, and the baselines.
 
@@ -74,6 +77,9 @@ def plan(
     graph file, a ``module:function`` entry point). ``memory_gb`` defaults to the device's memory.
     ``expressible="torch"``: the plan is the best strategy among those PyTorch's DTensor runs as they
     are priced (:mod:`stratopt.planning.torchplan`), so that ``stratopt.torch.parallelize`` applies it.
+    ``recompute`` (:mod:`stratopt.planning.recompute`): ``auto`` offers recomputation where memory
+    binds (per operator on paper; per block, checkpointed whole, for a plan that runs), ``full``
+    recomputes every block, ``none`` nothing.
 
     >>> r = plan("gpt", 1, 4, simulate=False)
     >>> r.plan.fits and all(r.plan.estimate <= b.estimate + 1e-6 for b in r.baselines if b.fits and b.estimate)
@@ -89,29 +95,35 @@ def plan(
     limit_gb = where.machine.memory_gb if memory_gb is None else float(memory_gb)
     if not limit_gb > 0:
         raise ModelError(f"the memory per device must be a positive number of GB, got {memory_gb!r}")
-    costing = price(graph, where.devices, where.machine)
-    say(costing.summary())
-    limit = limit_gb * 1e9
+    if recompute not in MODES:
+        raise ModelError(f"recompute must be one of {', '.join(MODES)}, got {recompute!r}")
     if expressible not in (None, "torch"):
         raise ModelError(f"expressible must be 'torch' or None, got {expressible!r}")
-    if expressible == "torch":
+    if recompute == "full" and not blocks(graph):
+        raise ModelError(f"{graph.name}: no block to recompute (no repeated module, such as layers.0, holds weights)")
+    costing = price(graph, where.devices, where.machine, recompute=recompute == "full")
+    say(costing.summary())
+    limit = limit_gb * 1e9
+    if recompute == "full":
+        assignment, status, bound = _full_recompute(costing, gpus_per_node, limit, time_limit, say, expressible)
+    elif expressible == "torch":
         assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say)
-        fastest = None
+        if recompute == "auto":
+            costing, assignment, status, bound = _torch_recompute(
+                costing, graph, where, (assignment, status, bound), limit, time_limit, say
+            )
     else:
         assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
-        fastest = exact_dp(costing.problem, time_limit)
-    if fastest is not None and strategy_memory(costing, fastest[0]) > limit:
-        # Memory binds: every operator may also recompute its outputs instead of keeping them. The
-        # configurations double; the first half is as before (so is every baseline and the plan
-        # found without recomputation, which stays a candidate), the bound is the larger space's.
-        costing = price(graph, where.devices, where.machine, recompute=True)
-        say(f"the fastest strategy needs more than {limit_gb:g} GB per device: recomputation offered per operator")
-        again, _, bound = solve_under_memory(costing, limit, time_limit, say)
-        answers = [a for a in (assignment, again) if a is not None]
-        if answers:
-            assignment = min(answers, key=lambda a: float(evaluate(costing.problem, a).objective))
-            cost = float(evaluate(costing.problem, assignment).objective)
-            status = "optimal" if bound is not None and cost - bound <= 1e-9 * max(cost, 1.0) else "feasible"
+        fastest = exact_dp(costing.problem, time_limit) if recompute == "auto" else None
+        if fastest is not None and strategy_memory(costing, fastest[0]) > limit:
+            # Memory binds: every operator may also recompute its outputs instead of keeping them. The
+            # configurations double; the first half is as before (so is every baseline and the plan
+            # found without recomputation, which stays a candidate), the bound is the larger space's.
+            costing = price(graph, where.devices, where.machine, recompute=True)
+            say(f"the fastest strategy needs more than {limit_gb:g} GB per device: recomputation offered per operator")
+            again, _, bound = solve_under_memory(costing, limit, time_limit, say)
+            if assignment is not None or again is not None:
+                assignment, status = _better(costing, (assignment, again), bound)
 
     def sharded(v: int, c: int) -> bool:
         return costing.is_sharded(v, c)
@@ -135,7 +147,8 @@ def plan(
             results.append(Strategy(name, None, None, None, None, False, f"cannot be expressed: {found}"))
             continue
         results.append(measured(name, found, remark))
-        if results[-1].fits and (expressible is None or not isinstance(find_mesh(costing, found, gpus_per_node), str)):
+        runs = expressible is None or not isinstance(find_mesh(costing, found, gpus_per_node), str)
+        if results[-1].fits and runs and recompute != "full":  # no baseline recomputes
             candidates.append((float(results[-1].estimate or 0.0), found))
         say(f"baseline {name}: {results[-1].estimate or 0.0:.1f} us, {(results[-1].memory or 0.0) / 1e9:.1f} GB")
     note = "the DP's optimum" if status == "optimal" else "Lagrangian DP under the memory limit"
@@ -155,17 +168,107 @@ def plan(
     )
 
 
+def _better(
+    costing: Any, answers: tuple[tuple[int, ...] | None, ...], bound: float | None
+) -> tuple[tuple[int, ...] | None, str]:
+    """The cheapest of ``answers`` (by the search's objective) and whether ``bound`` proves it optimal."""
+    found = [a for a in answers if a is not None]
+    if not found:
+        return None, "no strategy fits"
+    best = min(found, key=lambda a: float(evaluate(costing.problem, a).objective))
+    cost = float(evaluate(costing.problem, best).objective)
+    return best, "optimal" if bound is not None and cost - bound <= 1e-9 * max(cost, 1.0) else "feasible"
+
+
+def _masked(costs: list[np.ndarray], mask: list[np.ndarray] | None) -> list[np.ndarray]:
+    if mask is None:
+        return costs
+    return [np.where(m, c, float(FORBIDDEN)) for c, m in zip(costs, mask, strict=True)]
+
+
+def _full_recompute(
+    costing: Any,
+    gpus_per_node: int,
+    limit: float,
+    time_limit: float | None,
+    say: Callable[[str], None],
+    expressible: str | None,
+) -> tuple[tuple[int, ...] | None, str, float | None]:
+    """The fastest strategy that fits with every block checkpointed (``recompute="full"``)."""
+    found = blocks(costing.graph)
+    mask = allowed(costing, [b.module for b in found], found)
+    say(f"every one of {len(found)} blocks recomputes (full activation checkpointing)")
+    if expressible == "torch":
+        return _torch_search(costing, gpus_per_node, limit, time_limit, say, mask)
+    costs = _masked([np.asarray(n, dtype=np.float64) for n in costing.node_costs()], mask)
+    memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    return under_memory(costing.problem.replace(node_costs=costs), costs, memory, limit, time_limit, say)
+
+
+def _torch_recompute(
+    costing: Any,
+    graph: Graph,
+    where: Any,
+    found: tuple[tuple[int, ...] | None, str, float | None],
+    limit: float,
+    time_limit: float | None,
+    say: Callable[[str], None],
+) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
+    """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
+    the search again with the first ``k`` blocks checkpointed, for a few ``k`` (how many blocks the
+    per-operator relaxation recomputes in, half way from there to all, all); the cheapest that fits
+    wins. The bound is the relaxation's (recomputation per operator: a superset)."""
+    gpus = where.gpus_per_node
+    fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None)
+    if fastest is None or strategy_memory(costing, fastest) <= limit:
+        return (costing, *found)
+    again = price(graph, where.devices, where.machine, recompute=True)
+    chain = blocks(graph)
+    if not chain:
+        return (costing, *found)
+    say(f"the fastest strategy DTensor runs needs more than {limit / 1e9:g} GB: recomputation offered per block")
+    relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None)
+    if relaxed is None:
+        return (costing, *found)
+    recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
+    k0, total = len(recomputing), len(chain)
+    best = found[0]
+    best_time = math.inf if best is None else again.step_time(best)
+    for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total}):
+        mask = allowed(again, [b.module for b in chain[:k]], chain)
+        assignment, _, _ = _torch_search(again, gpus, limit, time_limit, lambda _m: None, mask)
+        if assignment is None:
+            say(f"{k} of {total} blocks recomputing: nothing fits")
+            continue
+        took = again.step_time(assignment)
+        say(f"{k} of {total} blocks recomputing: {took:.1f} us")
+        if took < best_time:
+            best, best_time = assignment, took
+    if best is None:
+        return again, None, "no strategy DTensor runs fits", bound
+    chosen, status = _better(again, (best,), bound)
+    return again, chosen, status, bound
+
+
 def _torch_search(
-    costing: Any, gpus_per_node: int, limit: float, time_limit: float | None, say: Callable[[str], None]
+    costing: Any,
+    gpus_per_node: int,
+    limit: float,
+    time_limit: float | None,
+    say: Callable[[str], None],
+    mask: list[np.ndarray] | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
-    solved as :func:`solve_under_memory` solves the whole space); the bound is the least of the
-    meshes' bounds."""
+    solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
+    configurations allowed besides); the bound is the least of the meshes' bounds."""
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
     best: tuple[int, ...] | None = None
     bounds: list[float] = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         costs = restricted_costs(costing, dp, tp)
+        if costs is not None and mask is not None:
+            costs = _masked(costs, mask)
+            costs = None if any(not np.any(c < FORBIDDEN) for c in costs) else costs
         if costs is None:
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+from stratopt.errors import ModelError
 from stratopt.planning.cluster import Cluster
 from stratopt.planning.export import ExportedPlan
 
@@ -77,6 +80,34 @@ class PlanResult:
         (:mod:`stratopt.planning.export`; read back with :func:`~stratopt.planning.load_plan`)."""
 
         ExportedPlan.of(self).write(path)
+
+    def export_all(self, folder: str | os.PathLike[str]) -> dict[str, str]:
+        """Write the plan (``plan.json``) and every baseline PyTorch runs as priced and that fits
+        (``data-parallel.json``, ``fsdp.json``, ``megatron-tp2.json``, ...) into ``folder`` (made if
+        need be), so that each can be run and timed; ``{strategy: the file written, or why not}``."""
+        out = Path(folder)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelError(f"{folder}: cannot make the folder ({exc.strerror})") from None
+        done: dict[str, str] = {}
+        for strategy in (self.plan, *self.baselines):
+            if strategy.assignment is None:
+                done[strategy.name] = strategy.note or "no strategy"
+                continue
+            if not strategy.fits:
+                done[strategy.name] = "does not fit in the memory limit"
+                continue
+            exported = dataclasses.replace(
+                ExportedPlan.of(dataclasses.replace(self, plan=strategy)), name=strategy.name
+            )
+            if exported.mesh is None:
+                done[strategy.name] = f"PyTorch does not run it as priced: {exported.why}"
+                continue
+            path = out / f"{strategy.name}.json"
+            exported.write(path)
+            done[strategy.name] = str(path)
+        return done
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best_baseline()

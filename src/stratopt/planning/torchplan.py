@@ -16,8 +16,10 @@ A model's output (an operator no other reads: its caller, or the loss inside a H
 reads it whole) is never column-split: DTensor would hand the caller its shard, and the gather the
 caller needs is not priced (the graph has no reader for it).
 
-Each may also shard its weight state over its ``dp`` replicas (``fsdp``: ``fully_shard``); no
-operator recomputes its outputs. Between a column-parallel module and the row-parallel ones it feeds,
+Each may also shard its weight state over its ``dp`` replicas (``fsdp``: ``fully_shard``). An
+operator recomputes its outputs only as a checkpointed block's inner operator
+(:mod:`~stratopt.planning.recompute`); a module inside such a block runs its forward, and its
+forward collectives (``"recompute"`` among its collectives), again in the backward pass. Between a column-parallel module and the row-parallel ones it feeds,
 the activations stay split (``output: shard``) when every operator in between keeps the split as the
 plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing else; otherwise the
 column-parallel module gathers its output. The operators without weights run on what their modules
@@ -31,6 +33,7 @@ count; :func:`restricted_costs` is the restriction ``plan(..., expressible="torc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -39,6 +42,7 @@ from typing import Any
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
+from stratopt.planning.recompute import block_of, checkpointed
 from stratopt.problem import FORBIDDEN
 
 __all__ = ["ModulePlacement", "find_mesh", "mesh_shapes", "module_placements", "restricted_costs", "style"]
@@ -128,17 +132,21 @@ def _read_whole(costing: Any) -> set[int]:
 
 def _runs(costing: Any, v: int, c: int, batches: dict[str, Any], outputs: set[int], dp: int, tp: int) -> str | None:
     """Operator ``v``'s style under configuration ``c`` where DTensor runs it as priced, else None:
-    no recomputation, a style, and no column split of a model output (DTensor would hand the caller
-    its shard, and the gather the caller needs is not priced: the graph has no reader for it)."""
+    a style, and no column split of a model output (DTensor would hand the caller its shard, and the
+    gather the caller needs is not priced: the graph has no reader for it). Whether its
+    recomputation runs is a matter of its block (:func:`~stratopt.planning.recompute.checkpointed`)."""
     op = costing.graph.operators[v]
-    found = None if costing.is_recomputed(v, c) else style(op, _config(costing, v, c), batches[op.name], dp, tp)
+    found = style(op, _config(costing, v, c), batches[op.name], dp, tp)
     return None if found == "colwise" and v in outputs else found
 
 
 def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> tuple[int, int] | str:
     """The mesh on which DTensor runs ``assignment`` as priced, or why there is none (naming the first
-    operator that has no style)."""
+    operator that has no style, or whose recomputation no checkpointed block runs)."""
     graph, p = costing.graph, costing.policy.procs
+    recomputed = checkpointed(costing, assignment)
+    if isinstance(recomputed, str):
+        return recomputed
     batches, outputs = batch_axes(graph), _read_whole(costing)
     why = "no operator"
     for dp, tp in sorted(mesh_shapes(p, gpus_per_node), key=lambda m: -m[1]):
@@ -225,11 +233,33 @@ def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: in
                     (reaches.add if styles[w] == "rowwise" else todo.append)(w)
     # a tied weight (an output projection reading the embedding's table) is sharded with its owner
     owned = {n: costing.is_sharded(u, assignment[u]) and dp > 1 for u, op in enumerate(ops) for n in _params(op)}
-    return [
-        _placement(costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned)
-        for v in range(len(ops))
-        if styles[v] != "free"
-    ]
+    recomputing = checkpointed(costing, assignment)
+    if isinstance(recomputing, str):
+        raise ModelError(recomputing)
+    again = set(recomputing)
+    out = []
+    for v, op in enumerate(ops):
+        if styles[v] != "free":
+            p = _placement(
+                costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
+            )
+            out.append(_recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p)
+    return out
+
+
+def _recomputing(placement: ModulePlacement, tied: bool) -> ModulePlacement:
+    """A module inside a checkpointed block: its forward runs again in the backward pass, with the
+    forward's collectives but for FSDP's weight gather (the weights gathered for the recomputation
+    stay for the backward, which the plan prices with one gather either way; which of the two
+    passes issues it depends on the order the backward reaches the block's modules)."""
+    again = dict(placement.collectives.get("forward", {}))
+    if placement.fsdp and not tied:  # a tied weight's gathers are its owner's
+        again["all_gather"] -= 1
+    return dataclasses.replace(placement, collectives={**placement.collectives, "recompute": _nonzero(again)})
+
+
+def _nonzero(counts: dict[str, int]) -> dict[str, int]:
+    return {k: n for k, n in counts.items() if n}
 
 
 def _params(op: Operator) -> list[str]:

@@ -40,14 +40,15 @@ def plan_of(plan: Any) -> ExportedPlan:
 
 @dataclass
 class Parallelized:
-    """What :func:`parallelize` did: the mesh, the modules it split or sharded, and the modules whose
-    gradients it all-reduces over the data-parallel groups."""
+    """What :func:`parallelize` did: the mesh, the modules it split or sharded, the modules whose
+    gradients it all-reduces over the data-parallel groups, and the blocks it checkpoints."""
 
     mesh: Any
     plan: ExportedPlan
     styles: dict[str, str] = field(default_factory=dict)
     sharded: list[str] = field(default_factory=list)
     synced: list[str] = field(default_factory=list)
+    recomputed: list[str] = field(default_factory=list)
 
     @property
     def dp(self) -> int:
@@ -166,6 +167,9 @@ def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
     """``model``'s modules by name, once every module and parameter ``plan`` names is found in it
     (else a one-line :class:`ModelError` naming the first that is not)."""
     modules = dict(model.named_modules())
+    for name in plan.recompute:
+        if name not in modules:
+            raise ModelError(f"the plan's block {name!r} is not in {type(model).__name__} (a plan for another model?)")
     for name, entry in plan.modules.items():
         if name not in modules:
             raise ModelError(f"the plan's module {name!r} is not in {type(model).__name__} (a plan for another model?)")
@@ -198,7 +202,9 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     modules become DTensor's ``ColwiseParallel`` / ``RowwiseParallel`` over ``tp`` (an embedding
     split over its vocabulary ``RowwiseParallel``); modules with sharded weight state are
     ``fully_shard``-ed over ``dp``; every other module's gradients are all-reduced over ``dp``, one
-    collective per module. The plan must come from this model: a module it names that the model
+    collective per module; the blocks the plan recomputes are checkpointed (PyTorch's composable
+    ``checkpoint``, which keeps every module's name; the whole forward runs again, ``early_stop`` off,
+    as the plan prices it). The plan must come from this model: a module it names that the model
     lacks is a one-line :class:`ModelError`. Feed each rank :meth:`Parallelized.local_batch`.
     ``prefetch=False`` keeps each sharded module's gathers inside its own forward and backward (FSDP
     otherwise issues the next module's early), so that they are counted where the plan priced them."""
@@ -228,6 +234,12 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
         parallelize_module(model, mesh["tp"], styles)
         done.styles = {name: type(s).__name__ for name, s in styles.items()}
+    if exported.recompute:
+        from torch.distributed._composable import checkpoint
+
+        for name in exported.recompute:  # hooks only: every module keeps its name
+            checkpoint(modules[name], early_stop=False)
+        done.recomputed = list(exported.recompute)
     if dp > 1:
         from torch.distributed.fsdp import fully_shard
 

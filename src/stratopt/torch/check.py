@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.instances.entry_points import call_entry_point
-from stratopt.planning.export import ExportedPlan, plan_from_dict
+from stratopt.planning.export import PHASES, ExportedPlan, plan_from_dict
 from stratopt.torch.apply import _torch, parallelize, plan_of, tied_groups, validate
 from stratopt.torch.launch import run_ranks
 from stratopt.torch.record import CollectiveRecorder
@@ -42,6 +43,7 @@ class CheckReport:
     collectives: list[dict[str, Any]]
     unpriced: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     seconds: float = 0.0
+    reruns: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def checks(self) -> dict[str, bool]:
@@ -50,6 +52,7 @@ class CheckReport:
             "gradients": self.gradient_error <= TOLERANCE,
             "parameter bytes": sum(self.param_bytes) == round(self.planned_bytes * self.world),
             "collectives": all(row["match"] for row in self.collectives),
+            "recomputation": all(r["planned"] == r["counted"] for r in self.reruns.values()),
         }
 
     @property
@@ -73,6 +76,7 @@ class CheckReport:
             },
             "collectives": self.collectives,
             "unpriced_modules": self.unpriced,
+            "recomputed_forwards": self.reruns,
             "seconds": self.seconds,
         }
 
@@ -155,7 +159,7 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
     with CollectiveRecorder(model) as recorder:
         loss = loss_of(model(*local), int(done.mesh.get_coordinate()[0]), done.dp)
         loss.backward()
-    counts = recorder.by_module()
+    counts, runs = recorder.by_module(), recorder.forward_runs()
     value = loss.detach().clone()
     dist.all_reduce(value, group=done.mesh.get_group("dp"))
     value /= done.dp
@@ -173,6 +177,7 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
         "error": errors.get(worst, 0.0),
         "bytes": sizes,
         "counts": counts,
+        "runs": {name: r["recompute"] for name, r in runs.items()},
         "numels": {n: int(g.numel()) for n, g in reference["grads"].items()},
         "tied": tied,
         "element": int(next(model.parameters()).element_size()),
@@ -187,6 +192,16 @@ def _summed(counts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]
             for kind, n in kinds.items():
                 out.setdefault(phase, {})[kind] = out.get(phase, {}).get(kind, 0) + n
     return _kind_counts(out)
+
+
+def _after_forward(counts: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """The forward pass's counts, and the backward's with the recomputation's added: FSDP gathers a
+    recomputing module's weights once after the forward, in its recomputed forward or at the start
+    of its backward, whichever the backward pass reaches first (the plan prices one either way)."""
+    after: Counter[str] = Counter()
+    for phase in ("backward", "recompute"):
+        after.update(counts.get(phase, {}))
+    return _kind_counts({"f": counts.get("forward", {})})["f"], {k: n for k, n in sorted(after.items()) if n}
 
 
 def _kind_counts(raw: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -218,9 +233,9 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
     rows = []
     for name, entry_ in plan.modules.items():
         priced = _kind_counts(entry_.get("collectives", {}))
-        seen = _kind_counts(counts.get(name, {"forward": {}, "backward": {}}))
-        priced = {phase: priced.get(phase, {}) for phase in ("forward", "backward")}
-        seen = {phase: seen.get(phase, {}) for phase in ("forward", "backward")}
+        seen = _kind_counts(counts.get(name, {}))
+        priced = {phase: priced.get(phase, {}) for phase in PHASES}
+        seen = {phase: seen.get(phase, {}) for phase in PHASES}
         rows.append(
             {
                 "module": name,
@@ -228,13 +243,15 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
                 "fsdp": entry_["fsdp"],
                 "priced": priced,
                 "counted": seen,
-                "match": priced == seen,
+                "match": _after_forward(priced) == _after_forward(seen),
             }
         )
     # modules that share a weight are sharded together: their collectives are compared as one
     for group in found.get("tied", []):
         members = [r for r in rows if r["module"] in group]
-        match = _summed([r["priced"] for r in members]) == _summed([r["counted"] for r in members])
+        match = _after_forward(_summed([r["priced"] for r in members])) == _after_forward(
+            _summed([r["counted"] for r in members])
+        )
         for r in members:
             r["match"] = match
     unpriced = {
@@ -253,10 +270,15 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
             share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
         planned += numel * found["element"] * share
     held = sum(float(e.get("held_elements", 0.0)) for e in plan.modules.values()) * found["element"]
+    # every block the plan checkpoints, and every module inside one, runs its forward once more
+    runs = found.get("runs", {})
+    reruns = {name: {"planned": 1, "counted": runs.get(name, 0)} for name in plan.recompute}
+    for name, entry_ in plan.modules.items():
+        reruns[name] = {"planned": int("recompute" in entry_.get("collectives", {})), "counted": runs.get(name, 0)}
     loss, ref = found["loss"], found["reference_loss"]
     return CheckReport(
         entry, world, (dp, tp), loss, ref, abs(loss - ref) / max(abs(ref), 1e-30), found["worst"], found["error"],
-        found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0),
+        found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0), reruns,
     )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ adds its shortcut into the block's output). :class:`CollectiveRecorder` instead 
 in a ``TorchDispatchMode`` (c10d's and the functional collectives DTensor issues) and attributes it
 to the module running: in the forward pass the innermost module whose forward is executing; in the
 backward pass the module whose output's gradient arrived last (a hook on the output tensor), which
-is where its gathers, its input gradient's reduction and its weights' gradient reduction happen.
+is where its gathers, its input gradient's reduction and its weights' gradient reduction happen; a
+forward the backward pass runs (a checkpointed block recomputing) counts as ``recompute``.
 """
 
 from __future__ import annotations
@@ -53,23 +54,26 @@ def _tensors(obj: Any, torch: Any) -> list[Any]:
 
 class CollectiveRecorder:
     """Use as ``with CollectiveRecorder(model) as rec: loss = f(model(x)); loss.backward()``; then
-    ``rec.counts[(module, "forward" | "backward")]`` is a Counter of collective kinds (module ``""``:
+    ``rec.counts[(module, "forward" | "backward" | "recompute")]`` is a Counter of collective kinds (module ``""``:
     outside every module of ``model``)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.counts: dict[tuple[str, str], Counter[str]] = {}
-        self.stack: list[str] = []
+        self.stack: list[tuple[str, bool]] = []
+        self.runs: Counter[tuple[str, str]] = Counter()
         self.backward_at = ""
         self.in_backward = False
         self.handles: list[Any] = []
         self.mode: Any = None
 
     def _record(self, kind: str) -> None:
-        if self.in_backward:
+        if self.stack and self.stack[-1][1]:
+            where = (self.stack[-1][0], "recompute")
+        elif self.in_backward:
             where = (self.backward_at, "backward")
         else:
-            where = (self.stack[-1] if self.stack else "", "forward")
+            where = (self.stack[-1][0] if self.stack else "", "forward")
         self.counts.setdefault(where, Counter())[kind] += 1
 
     def __enter__(self) -> CollectiveRecorder:
@@ -86,7 +90,7 @@ class CollectiveRecorder:
                 return func(*args, **(kwargs or {}))
 
         for name, module in self.model.named_modules():
-            self.handles.append(module.register_forward_pre_hook(self._enter(name), prepend=True))
+            self.handles.append(module.register_forward_pre_hook(self._enter(name, torch), prepend=True))
             # after DTensor's output re-layout (the module's own), before FSDP's hook on the same
             # output, whose gradient hook gathers the weights at the start of the module's backward
             self.handles.append(module.register_forward_hook(self._claim(name, torch)))
@@ -101,10 +105,13 @@ class CollectiveRecorder:
         self.mode.__enter__()
         return self
 
-    def _enter(self, name: str) -> Any:
+    def _enter(self, name: str, torch: Any) -> Any:
         def hook(_module: Any, _args: Any) -> None:
-            self.in_backward = False
-            self.stack.append(name)
+            again = torch._C._current_graph_task_id() != -1  # a forward run by the backward pass
+            if not again:
+                self.in_backward = False
+            self.stack.append((name, again))
+            self.runs[(name, "recompute" if again else "forward")] += 1
 
         return hook
 
@@ -124,7 +131,7 @@ class CollectiveRecorder:
 
     def _leave(self, name: str) -> Any:
         def hook(_module: Any, _args: Any, _output: Any) -> None:
-            if self.stack and self.stack[-1] == name:
+            if self.stack and self.stack[-1][0] == name:
                 self.stack.pop()
 
         return hook
@@ -136,8 +143,18 @@ class CollectiveRecorder:
         self.handles.clear()
 
     def by_module(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{module: {"forward": {kind: count}, "backward": {...}}}``."""
+        """``{module: {"forward": {kind: count}, "backward": {...}, "recompute": {...}}}``."""
         out: dict[str, dict[str, dict[str, int]]] = {}
         for (module, phase), counter in self.counts.items():
-            out.setdefault(module, {"forward": {}, "backward": {}})[phase] = dict(sorted(counter.items()))
+            out.setdefault(module, {"forward": {}, "backward": {}, "recompute": {}})[phase] = dict(
+                sorted(counter.items())
+            )
+        return out
+
+    def forward_runs(self) -> dict[str, dict[str, int]]:
+        """``{module: {"forward": n, "recompute": m}}``: how often each module's forward ran, in the
+        forward pass and again in the backward pass (recomputation)."""
+        out: dict[str, dict[str, int]] = {}
+        for (module, phase), n in self.runs.items():
+            out.setdefault(module, {"forward": 0, "recompute": 0})[phase] = n
         return out

@@ -1,0 +1,343 @@
+"""Measure the machine at hand with PyTorch and write it as a machine file (``stratopt profile``).
+
+What the ``default`` cost profile prices with, measured instead of taken from a datasheet:
+
+- **matrix products** of several sizes and shapes: the time of ``w`` flops fitted as
+  ``(w + gemm_half) / rate`` (small products do not reach the rate), the calibration's
+  ``gemm_half_gflop``; the peak is the best rate measured, ``gemm_efficiency`` the fitted rate over it;
+- **fused attention** (``scaled_dot_product_attention``, causal), forward and backward: its rate
+  on the causal half of its two products, 3.5 forward passes' worth (how the profile prices it),
+  over the peak: ``attention_efficiency``;
+- **memory bandwidth**: an elementwise add (two reads, one write) of tensors past every cache:
+  ``hbm_gbps`` (smaller ones are shown beside it);
+- **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
+  NCCL on GPUs): all-reduce, all-gather, reduce-scatter, all-to-all and a send/receive ping-pong,
+  from 4 KB to 16 MB; one bandwidth and one latency per message fitted to all of them by the ring
+  formulas the machine model uses (:mod:`stratopt.machine`): the links inside a node. One machine
+  is measured, so the network between nodes is taken as the same.
+
+The figures are achieved ones, so the file's ``hbm_efficiency`` and ``network_efficiency`` are 1; on
+the CPU, where gloo's collectives run on the cores that compute, ``overlap`` is 0. Values are the
+dtype measured (float32 on the CPU, bfloat16 on a GPU: ``dtype_bytes``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from stratopt.errors import ModelError
+from stratopt.machine import Calibration, Machine
+from stratopt.torch.launch import backend, run_ranks
+
+__all__ = ["KINDS", "Profile", "profile"]
+
+#: The collectives measured, as the machine model names them.
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+#: Per kind, (bandwidth term's factor on the bytes, latency terms) for ``g`` devices: ring formulas.
+_RING: dict[str, Callable[[int], tuple[float, float]]] = {
+    "all_reduce": lambda g: (2.0 * (g - 1) / g, 2.0 * (g - 1)),
+    "all_gather": lambda g: ((g - 1) / g, g - 1.0),
+    "reduce_scatter": lambda g: ((g - 1) / g, g - 1.0),
+    "all_to_all": lambda g: ((g - 1) / g, g - 1.0),
+    "send_recv": lambda g: (1.0, 1.0),
+}
+_MESSAGES = tuple(4096 * 4**k for k in range(7))  # 4 KB .. 16 MB
+_CALLS = 15  # timed calls of each collective at each size (every rank makes the same calls)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What :func:`profile` measured, and the machine fitted to it."""
+
+    device: str
+    world: int
+    backend: str
+    dtype: str
+    gemm: list[dict[str, float]]
+    attention: dict[str, float]
+    bandwidth: list[dict[str, float]]
+    collectives: list[dict[str, Any]]
+    machine: Machine
+    seconds: float
+    fit: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "world": self.world,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "gemm": self.gemm,
+            "attention": self.attention,
+            "bandwidth": self.bandwidth,
+            "collectives": self.collectives,
+            "fit": self.fit,
+            "machine": self.machine.to_dict(),
+            "seconds": self.seconds,
+        }
+
+
+def _clock(torch: Any, device: Any) -> Callable[[], float]:
+    if device.type == "cuda":
+
+        def synced() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return synced
+    return time.perf_counter
+
+
+def _timed(
+    run: Callable[[], Any], clock: Callable[[], float], *, least: float = 0.05, most: int = 50, calls: int = 0
+) -> float:
+    """The median seconds of ``run`` (one call first to warm up; then calls until ``least`` seconds
+    or ``most`` calls, at least 3; exactly ``calls`` where given, as every rank of a collective must)."""
+    run()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < max(calls, 3) if calls else len(times) < 3 or (spent < least and len(times) < most):
+        started = clock()
+        run()
+        took = clock() - started
+        times.append(took)
+        spent += took
+    return float(statistics.median(times))
+
+
+def _shapes(device: str) -> list[tuple[int, int, int]]:
+    """Products measured: squares across sizes, and tall, wide and thin shapes."""
+    sizes = (64, 128, 256, 512, 1024, 1536) if device == "cpu" else (256, 512, 1024, 2048, 4096, 8192)
+    big = sizes[-2]
+    return [(s, s, s) for s in sizes] + [(4 * big, big // 2, big // 2), (big // 2, 4 * big, big // 2), (big, big, 64)]
+
+
+def fit_gemm(rows: list[dict[str, float]]) -> tuple[float, float]:
+    """(rate in flop/s, half in flops): ``seconds = (flops + half) / rate`` fitted to the products in
+    relative error (least squares, the half kept non-negative).
+
+    >>> rows = [{"flops": w, "seconds": (w + 1e6) / 1e9} for w in (1e6, 1e7, 1e8)]
+    >>> rate, half = fit_gemm(rows)
+    >>> round(rate / 1e9, 6), round(half / 1e6, 6)
+    (1.0, 1.0)
+    """
+    w = np.array([r["flops"] for r in rows], dtype=np.float64)
+    t = np.array([r["seconds"] for r in rows], dtype=np.float64)
+    design = np.stack([w / t, 1.0 / t], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if b < 0 or a <= 0:  # no visible overhead: the rate alone
+        a, b = float(np.sum(w * t) / np.sum(w * w)), 0.0
+    return 1.0 / float(a), float(b) / float(a)
+
+
+def fit_links(rows: list[dict[str, Any]], world: int) -> tuple[float, float]:
+    """(bytes per second, seconds per message) of the links: every collective's time fitted as the
+    ring formulas' ``factor * bytes / bandwidth + steps * latency`` in relative error, the latency
+    kept non-negative.
+
+    >>> rows = [{"kind": "all_reduce", "bytes": n, "seconds": 2 * 0.5 * n / 1e9 + 2 * 1e-5} for n in (1e3, 1e6, 1e8)]
+    >>> bw, lat = fit_links(rows, 2)
+    >>> round(bw / 1e9, 6), round(lat * 1e6, 6)
+    (1.0, 10.0)
+    """
+    x = np.array([[_RING[r["kind"]](world)[0] * r["bytes"], _RING[r["kind"]](world)[1]] for r in rows])
+    t = np.array([r["seconds"] for r in rows], dtype=np.float64)
+    (inv_bw, lat), *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
+    if lat < 0 or inv_bw <= 0:
+        inv_bw, lat = float(np.sum(x[:, 0] * t) / np.sum(x[:, 0] ** 2)), 0.0
+    return 1.0 / float(inv_bw), float(lat)
+
+
+def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """Each collective's seconds on messages of about ``nbytes`` (float32 values, a multiple of the
+    ranks), and the send/receive's (rank 0 and 1 pass the tensor there and back: two messages)."""
+    import torch
+
+    gather, scatter = pair
+    clock = _clock(torch, device)
+    n = max(nbytes // 4 // world * world, world)
+    whole = torch.ones(n, device=device)
+    part = torch.ones(n // world, device=device)
+    out = torch.empty_like(whole)
+    ops: dict[str, Callable[[], Any]] = {
+        "all_reduce": lambda: dist.all_reduce(whole),
+        "all_gather": lambda: gather(out, part),
+        "reduce_scatter": lambda: scatter(part, whole),
+        "all_to_all": lambda: dist.all_to_all_single(out, whole),
+    }
+    rows = []
+    for name, run in ops.items():
+        dist.barrier()
+        rows.append({"kind": name, "bytes": n * 4, "seconds": _timed(run, clock, calls=_CALLS)})
+    dist.barrier()
+
+    def ping() -> None:
+        if rank == 0:
+            dist.send(whole, 1)
+            dist.recv(whole, 1)
+        elif rank == 1:
+            dist.recv(whole, 0)
+            dist.send(whole, 0)
+
+    rows.append({"kind": "send_recv", "bytes": n * 4, "seconds": _timed(ping, clock, calls=_CALLS) / 2.0})
+    return rows
+
+
+def _collectives(rank: int, world: int, payload: tuple[str, tuple[int, ...]]) -> list[dict[str, Any]] | None:
+    """Every collective at every message size on this rank (:func:`run_ranks`' work); rank 0's times."""
+    import torch
+    import torch.distributed as dist
+
+    kind, sizes = payload
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
+    rows = [row for nbytes in sizes for row in _at_size(dist, rank, world, nbytes, device, (gather, scatter))]
+    times: list[Any] = [None] * world
+    dist.all_gather_object(times, rows)
+    if rank != 0:
+        return None
+    # a collective ends when its slowest rank does
+    return [{**row, "seconds": max(t[i]["seconds"] for t in times if t)} for i, row in enumerate(rows)]
+
+
+def profile(
+    device: str = "cpu",
+    world: int = 2,
+    *,
+    name: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    timeout: float = 300.0,
+) -> Profile:
+    """Measure this machine (``device``: ``cpu`` or ``cuda``; collectives over ``world`` local
+    ranks, none for 1) and fit a :class:`~stratopt.machine.Machine` to it (see the module's
+    docstring). ``progress(what, done, total)`` hears of each measurement."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        raise ModelError("profile needs the 'torch' extra: pip install 'stratopt[torch]'") from None
+    if device not in ("cpu", "cuda"):
+        raise ModelError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("--device cuda: this PyTorch sees no CUDA device")
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ModelError(f"--world must be a positive number of ranks, got {world!r}")
+    if device == "cuda" and world > torch.cuda.device_count():
+        raise ModelError(f"--world {world}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    started = time.perf_counter()
+    say = progress or (lambda _what, _done, _total: None)
+    dev = torch.device(device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    clock = _clock(torch, dev)
+    shapes = _shapes(device)
+    total = len(shapes) + 2 + (1 if world > 1 else 0)
+    step = 0
+
+    gemm = []
+    for m, n, k in shapes:
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        seconds = _timed(partial(torch.matmul, a, b), clock)
+        flops = 2.0 * m * n * k
+        gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds, "tflops": flops / seconds / 1e12})
+        step += 1
+        say(f"matrix product {m} x {k} x {n}", step, total)
+    rate, half = fit_gemm(gemm)
+    peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
+
+    b_, h, s, d = (2, 8, 512, 64) if device == "cpu" else (8, 16, 2048, 128)
+    q, k_, v = (torch.randn(b_, h, s, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b_, h, s, d, device=dev, dtype=dtype)
+
+    def attend() -> None:
+        F.scaled_dot_product_attention(q, k_, v, is_causal=True).backward(grad)
+
+    seconds = _timed(attend, clock)
+    work = 2.0 * (2.0 * b_ * h * s * s * d) * 0.5  # two products, the causal half
+    attention = {"batch": b_, "heads": h, "seq": s, "head_dim": d, "seconds": seconds}
+    attention["tflops"] = 3.5 * work / seconds / 1e12
+    step += 1
+    say(f"fused attention {b_} x {h} x {s} x {d}", step, total)
+
+    bandwidth = []
+    for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
+        x, y = torch.randn(elements, device=dev, dtype=dtype), torch.randn(elements, device=dev, dtype=dtype)
+        z = torch.empty_like(x)
+        seconds = _timed(partial(torch.add, x, y, out=z), clock)
+        moved = 3.0 * elements * x.element_size()
+        bandwidth.append({"bytes": moved, "seconds": seconds, "gbps": moved / seconds / 1e9})
+    hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
+    step += 1
+    say("memory bandwidth", step, total)
+
+    collectives: list[dict[str, Any]] = []
+    link_bw, latency = hbm * 1e9, 0.0
+    if world > 1:
+        found = run_ranks(_collectives, world, (device, _MESSAGES), timeout=timeout, what="profile")[0]
+        collectives = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found]
+        link_bw, latency = fit_links(collectives, world)
+        step += 1
+        say(f"collectives over {world} ranks ({backend(world)})", step, total)
+
+    calibration = Calibration(
+        gemm_efficiency=min(1.0, rate / peak),
+        gemm_half_gflop=half / 1e9,
+        attention_efficiency=min(1.0, attention["tflops"] * 1e12 / peak),
+        hbm_efficiency=1.0,
+        network_efficiency=1.0,
+        overlap=0.0 if device == "cpu" else Calibration().overlap,
+        step_overhead_ms=0.0,
+        op_overhead_us=0.0,
+    )
+    label = name or f"profiled-{device}"
+    memory = _memory_gb(torch, device, world)
+    where = "this machine's" if world > 1 else "no"
+    machine = Machine(
+        label,
+        peak_tflops=peak / 1e12,
+        memory_gb=memory,
+        hbm_gbps=hbm,
+        devices_per_node=max(world, 1),
+        intra_gbps=link_bw / 1e9,
+        inter_gbps=link_bw / 1e9,
+        intra_latency_us=latency * 1e6,
+        inter_latency_us=latency * 1e6,
+        efficiency=calibration.gemm_efficiency,
+        description=(
+            f"measured by stratopt profile on {_device_name(torch, device)} ({str(dtype).removeprefix('torch.')}); "
+            f"{where} collectives over {world} rank(s); the network between nodes taken as the links inside"
+        ),
+        calibration=tuple(sorted(calibration.to_dict().items())),
+        dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+    )
+    fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
+    fit["latency_us"] = latency * 1e6
+    return Profile(
+        device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
+        bandwidth, collectives, machine, time.perf_counter() - started, fit,
+    )  # fmt: skip
+
+
+def _memory_gb(torch: Any, device: str, world: int) -> float:
+    """Memory per rank in GB: the device's, or the machine's RAM shared by the ranks."""
+    if device == "cuda":
+        return float(torch.cuda.get_device_properties(0).total_memory) / 1e9
+    try:
+        total = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        total = 16e9
+    return total / 1e9 / max(world, 1)
+
+
+def _device_name(torch: Any, device: str) -> str:
+    if device == "cuda":
+        return str(torch.cuda.get_device_name(0))
+    return f"the CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"

@@ -1,0 +1,99 @@
+"""stratopt profile: this machine measured with PyTorch (products, attention, bandwidth, collectives
+over 2 gloo ranks), the machine fitted to it written as a file that every --machine takes, and bad
+machine files and requests refused in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from stratopt.cli import main
+from stratopt.machine import calibration_of, get_machine
+from stratopt.planning import plan
+from stratopt.torch.profile import KINDS, fit_gemm, fit_links
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """One profile of this machine (2 ranks): the machine file, the plot and the JSON printed."""
+    folder = tmp_path_factory.mktemp("profile")
+    path, picture = folder / "cpu.json", folder / "cpu.png"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        argv = ["profile", "--world", "2", "-o", str(path), "--plot", str(picture), "--name", "here", "--json"]
+        assert main(argv) == 0
+    return path, picture, json.loads(printed.getvalue())
+
+
+def test_the_machine_file_holds_what_was_measured(profiled, capsys) -> None:
+    path, picture, _ = profiled
+    machine = get_machine(str(path))
+    assert machine.name == "here" and machine.dtype_bytes == 4 and machine.devices_per_node == 2
+    assert machine.peak_tflops > 0 and machine.hbm_gbps > 0 and machine.intra_gbps > 0
+    assert machine.intra_latency_us >= 0 and machine.memory_gb > 0
+    c = calibration_of(machine)
+    assert 0 < c.gemm_efficiency <= 1 and 0 < c.attention_efficiency <= 1 and c.gemm_half_gflop >= 0
+    assert c.overlap == 0.0 and c.hbm_efficiency == 1.0 and c.network_efficiency == 1.0
+    assert picture.stat().st_size > 10_000 and picture.read_bytes()[:4] == b"\x89PNG"
+    # the plan takes it, and prices in float32 with it
+    result = plan("stratopt.torch.models:mlp", 1, 2, machine=str(path), simulate=False)
+    assert result.plan.fits and result.costing.profile.dtype_bytes == 4
+    assert main(["plan", "alexnet", "--nodes", "1", "--gpus-per-node", "2", "--machine", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["machine"] == "here"
+
+
+def test_json_lists_every_measurement_and_the_fit_reproduces_them(profiled) -> None:
+    data = profiled[2]
+    assert data["backend"] == "gloo" and data["dtype"] == "float32" and len(data["gemm"]) == 9
+    assert {r["kind"] for r in data["collectives"]} == set(KINDS)
+    assert len(data["collectives"]) == 7 * len(KINDS) and all(r["seconds"] > 0 for r in data["collectives"])
+    rate, half = data["fit"]["gemm_rate_tflops"] * 1e12, data["fit"]["gemm_half_gflop"] * 1e9
+    assert (rate, half) == pytest.approx(fit_gemm(data["gemm"]))
+    # the fitted curve is the products' own within a factor of 2 (timings on a loaded machine vary)
+    for r in data["gemm"]:
+        assert 0.5 <= (r["flops"] + half) / rate / r["seconds"] <= 2.0, r
+    bw, lat = fit_links(data["collectives"], 2)
+    assert bw / 1e9 == pytest.approx(data["machine"]["intra_gbps"]) and lat * 1e6 == pytest.approx(
+        data["machine"]["intra_latency_us"]
+    )
+
+
+def test_fits_recover_known_figures() -> None:
+    rows = [{"flops": w, "seconds": (w + 5e7) / 2e11} for w in (1e6, 1e8, 1e9, 1e10)]
+    rate, half = fit_gemm(rows)
+    assert rate == pytest.approx(2e11) and half == pytest.approx(5e7)
+    sizes = (4096, 65536, 1 << 20, 1 << 24)
+    ring = {"all_reduce": (1.5, 6), "all_gather": (0.75, 3), "send_recv": (1.0, 1)}
+    rows = [{"kind": k, "bytes": n, "seconds": f * n / 3e9 + s * 2e-5} for k, (f, s) in ring.items() for n in sizes]
+    bw, lat = fit_links(rows, 4)
+    assert bw == pytest.approx(3e9) and lat == pytest.approx(2e-5)
+
+
+def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["profile", "--device", "cuda"]) == 2
+        assert capsys.readouterr().err.strip() == "stratopt: error: --device cuda: this PyTorch sees no CUDA device"
+    truncated = tmp_path / "cut.json"
+    truncated.write_text('{"format": "stratopt-machine", "version": 1, "machine": {"name": "x", "peak')
+    argv = ["plan", "alexnet", "--nodes", "1", "--gpus-per-node", "2", "--machine"]
+    assert main([*argv, str(truncated)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cut.json" in err
+    wrong = tmp_path / "wrong.json"
+    machine = {"name": "x", "peak_tflops": 1.0, "memory_gb": 1.0, "hbm_gbps": 1.0, "devices_per_node": 2}
+    wrong.write_text(json.dumps({"format": "stratopt-machine", "version": 1, "machine": machine}))
+    assert main([*argv, str(wrong)]) == 2
+    assert "the machine lacks inter_gbps, intra_gbps" in capsys.readouterr().err
+    bad = {**machine, "intra_gbps": 1.0, "inter_gbps": 1.0, "dtype_bytes": 3}
+    wrong.write_text(json.dumps({"format": "stratopt-machine", "version": 1, "machine": bad}))
+    assert main([*argv, str(wrong)]) == 2
+    assert "dtype_bytes must be 1, 2, 4 or 8" in capsys.readouterr().err
+    assert main(["profile", "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
+    assert "cannot write the machine file" in capsys.readouterr().err

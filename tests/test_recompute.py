@@ -1,0 +1,193 @@
+"""Recomputation as PyTorch runs it: whole blocks checkpointed (``plan --recompute``), read back from
+the strategy, exported, and refused where the search recomputed operators no block covers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stratopt.cli import main
+from stratopt.cost import build
+from stratopt.errors import ModelError
+from stratopt.graph import GraphBuilder
+from stratopt.planning import plan
+from stratopt.planning.export import ExportedPlan, load_plan, plan_from_dict
+from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed
+from stratopt.planning.torchplan import find_mesh
+
+
+def _stack(layers: int = 3):
+    """A graph named as an importer names it: ``layers.N.*`` operators, each block a norm, two
+    products and a residual add; an embedding before and a head after."""
+    b = GraphBuilder("stack")
+    x = b.input((64, 32))
+    for i in range(layers):
+        h = b.layernorm(x, name=f"layers.{i}.norm")
+        h = b.fc(h, 64, name=f"layers.{i}.up")
+        h = b.fc(h, 32, name=f"layers.{i}.down")
+        x = b.elementwise(x, h, name=f"layers.{i}.add")
+    b.fc(x, 10, name="head")
+    graph = b.build()
+    for op in graph.operators:  # the parameters an importer would name
+        if any(i.param for i in op.inputs):
+            op.attrs["params"] = [f"{op.name}.weight"]
+    return graph
+
+
+def test_block_of_names_the_outermost_repeated_module() -> None:
+    assert block_of("layers.3.mlp.up_proj") == "layers.3"
+    assert block_of("model.layers.12.self_attn.q_proj.matmul") == "model.layers.12"
+    assert block_of("encoder.stages.0.layers.1.conv") == "encoder.stages.0"
+    assert block_of("lm_head") is None and block_of("0.weight") is None and block_of("layers.3") is None
+
+
+def test_blocks_and_their_inner_operators() -> None:
+    graph = _stack(3)
+    found = blocks(graph)
+    assert [b.module for b in found] == ["layers.0", "layers.1", "layers.2"]
+    names = [op.name for op in graph.operators]
+    for b in found:
+        inner = {names[v] for v in b.inner}
+        # what only the block reads is freed; its output (the add, read by the next block) is kept
+        assert inner == {f"{b.module}.{x}" for x in ("norm", "up", "down")}, inner
+        assert all(names[v].startswith(b.module + ".") for v in b.ops)
+
+
+def test_allowed_forces_the_blocks_and_forbids_the_rest() -> None:
+    graph = _stack(3)
+    costing = build(graph, 4, profile="default", machine="h100", recompute=True)
+    found = blocks(graph)
+    mask = allowed(costing, ["layers.1"], found)
+    inner = set(found[1].inner)
+    for v, m in enumerate(mask):
+        again = np.asarray(costing.recomputed[v], dtype=bool)
+        assert m.any(), graph.operators[v].name
+        assert (m == again).all() if v in inner else (m == ~again).all()
+    # read back: any strategy the mask allows recomputes exactly that block
+    pick = tuple(int(np.flatnonzero(m)[0]) for m in mask)
+    assert checkpointed(costing, pick) == ["layers.1"]
+    assert checkpointed(costing, tuple(int(np.flatnonzero(m)[0]) for m in allowed(costing, [], found))) == []
+
+
+def test_checkpointed_refuses_recomputation_no_block_runs() -> None:
+    graph = _stack(2)
+    costing = build(graph, 2, profile="default", machine="h100", recompute=True)
+    base = tuple(int(np.flatnonzero(~np.asarray(r, dtype=bool))[0]) for r in costing.recomputed)
+    names = [op.name for op in graph.operators]
+
+    def recomputing(*ops: str) -> tuple[int, ...]:
+        a = list(base)
+        for name in ops:
+            v = names.index(name)
+            a[v] = int(np.flatnonzero(np.asarray(costing.recomputed[v], dtype=bool))[0])
+        return tuple(a)
+
+    assert "outside every block" in checkpointed(costing, recomputing("head"))
+    assert "keeps its outputs in block layers.0" in checkpointed(costing, recomputing("layers.0.up"))
+    assert checkpointed(costing, recomputing("layers.0.norm", "layers.0.up", "layers.0.down")) == ["layers.0"]
+    assert isinstance(find_mesh(costing, recomputing("layers.0.up"), 2), str)
+
+
+def test_torch_fx_operators_carry_the_module_that_ran_them() -> None:
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from stratopt.importers import from_torch
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm, self.up, self.down = nn.LayerNorm(32), nn.Linear(32, 64), nn.Linear(64, 32)
+
+        def forward(self, x):
+            return x + self.down(torch.relu(self.up(self.norm(x))) * 2)
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers, self.head = nn.ModuleList([Block(), Block()]), nn.Linear(32, 4)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    graph = from_torch(Stack(), (torch.randn(8, 32),))
+    assert any("_" in op.name for op in graph.operators)  # fx's own names, not the modules'
+    found = blocks(graph)
+    assert [b.module for b in found] == ["layers.0", "layers.1"]
+    names = [op.name for op in graph.operators]
+    # the residual add leaves the block (kept); the norm and both products are inner
+    assert all(len(b.inner) == 3 and len(b.ops) == 4 for b in found), [[names[v] for v in b.ops] for b in found]
+
+
+@pytest.fixture(scope="module")
+def llama_graph():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from stratopt.instances import load_instance
+
+    return load_instance("stratopt.importers.hf:llama")
+
+
+def test_full_recomputes_every_block_and_exports_them(llama_graph, tmp_path) -> None:
+    result = plan(llama_graph, 1, 4, simulate=False, expressible="torch", recompute="full")
+    costing, a = result.costing, result.plan.assignment
+    assert a is not None and result.plan.fits
+    found = blocks(costing.graph)
+    assert len(found) == 2
+    assert checkpointed(costing, a) == [b.module for b in found]
+    for b in found:
+        assert all(costing.is_recomputed(v, a[v]) for v in b.inner)
+    exported = ExportedPlan.of(result)
+    assert exported.recompute == tuple(b.module for b in found)
+    inside = [n for n in exported.modules if block_of(n) in exported.recompute]
+    assert inside and all("recompute" in exported.modules[n]["collectives"] for n in inside)
+    outside = [n for n in exported.modules if block_of(n) not in exported.recompute]
+    assert all("recompute" not in exported.modules[n]["collectives"] for n in outside)
+    path = tmp_path / "plan.json"
+    exported.write(path)
+    assert load_plan(path).recompute == exported.recompute
+    # recomputation costs time: the same search without it is faster and holds more
+    none = plan(llama_graph, 1, 4, simulate=False, expressible="torch", recompute="none")
+    assert none.plan.estimate < result.plan.estimate and none.plan.memory > result.plan.memory
+
+
+def test_auto_recomputes_whole_blocks_where_memory_binds(llama_graph) -> None:
+    free = plan(llama_graph, 1, 4, simulate=False, expressible="torch", recompute="none")
+    limit = 0.8 * free.plan.memory / 1e9
+    fastest_fsdp = plan(llama_graph, 1, 4, simulate=False, expressible="torch", recompute="none", memory_gb=limit)
+    auto = plan(llama_graph, 1, 4, simulate=False, expressible="torch", memory_gb=limit)
+    a = auto.plan.assignment
+    assert a is not None and auto.plan.fits and auto.plan.memory <= limit * 1e9
+    assert not isinstance(find_mesh(auto.costing, a, 4), str)  # its recomputation runs
+    if fastest_fsdp.plan.assignment is not None:
+        assert auto.plan.estimate <= fastest_fsdp.plan.estimate + 1e-6
+    assert auto.bound is None or auto.bound <= float(auto.plan.objective) + 1e-6
+
+
+def test_none_never_recomputes_even_where_memory_binds() -> None:
+    result = plan("gpt", 1, 4, simulate=False, recompute="none", memory_gb=1.0)
+    if result.plan.assignment is not None:
+        assert not any(result.costing.is_recomputed(v, c) for v, c in enumerate(result.plan.assignment))
+    assert not result.costing.recomputed
+
+
+def test_full_without_blocks_and_bad_modes_are_one_line_errors(capsys) -> None:
+    with pytest.raises(ModelError, match="no block to recompute"):
+        plan("alexnet", 1, 2, simulate=False, recompute="full")
+    with pytest.raises(ModelError, match="recompute must be one of auto, full, none"):
+        plan("alexnet", 1, 2, simulate=False, recompute="some")
+    assert main(["plan", "alexnet", "--nodes", "1", "--gpus-per-node", "2", "--recompute", "full"]) == 2
+    err = capsys.readouterr().err
+    assert "no block to recompute" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_version_2_plan_loads_and_a_bad_recompute_list_is_refused(llama_graph) -> None:
+    data = ExportedPlan.of(plan(llama_graph, 1, 2, simulate=False, expressible="torch")).to_dict()
+    old = {k: v for k, v in data.items() if k != "recompute"} | {"version": 2}
+    assert plan_from_dict(old).recompute == ()
+    with pytest.raises(ModelError, match="'recompute' must be a list of module names"):
+        plan_from_dict(data | {"recompute": "layers.0"})
+    with pytest.raises(ModelError, match="plan version 4"):
+        plan_from_dict(data | {"version": 4})
