@@ -55,6 +55,12 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     limit = 0.6 * float(spread.plan.memory or 0.0) / 1e9
     tight = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
     out.append((llama, "recompute-fsdp", ExportedPlan.of(tight)))
+    if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
+        moe = plan("stratopt.importers.hf:mixtral", 1, world, simulate=False, expressible="torch")
+        for strategy in moe.baselines:
+            if strategy.name in ("data-parallel", "fsdp"):
+                picked = ExportedPlan.of(dataclasses.replace(moe, plan=strategy))
+                out.append(("stratopt.importers.hf:mixtral", f"moe-{strategy.name}", picked))
     return out
 
 
@@ -86,7 +92,7 @@ def _megatron(cases: list[tuple[str, str, ExportedPlan]]) -> ExportedPlan:
 def test_every_plan_runs_as_priced(checked) -> None:
     world, cases, extra, reports = checked
     assert len(extra) == (world == 2)
-    assert {m for m, _, _ in cases} == set(MODELS)
+    assert {m for m, _, _ in cases} - {"stratopt.importers.hf:mixtral"} == set(MODELS)
     for (model, name, exported), report in zip(cases, reports, strict=False):
         where = f"{model} {name} at world {world}"
         assert report.loss_error <= TOLERANCE, where
@@ -105,8 +111,13 @@ def test_every_plan_runs_as_priced(checked) -> None:
             assert all(r["counted"] == r["planned"] for r in report.reruns.values()), name
             if name == "recompute-fsdp":
                 assert any(e["fsdp"] for e in exported.modules.values()), "60% of the memory shards some weights"
+        elif name.startswith("moe"):
+            experts = [e for n, e in exported.modules.items() if n.endswith("mlp.experts")]
+            assert len(experts) == 2 and all(len(e["params"]) == 2 for e in experts), name
+            assert all(e["fsdp"] == (name == "moe-fsdp") for e in experts), name
         else:
             assert not exported.recompute and not any(r["counted"] for r in report.reruns.values()), name
+    assert any(name.startswith("moe") for _, name, _ in cases) == (world == 2)
     # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
     for model in MODELS:
         names = [name for m, name, _ in cases if m == model]

@@ -92,3 +92,23 @@ def test_a_model_output_is_never_column_split() -> None:
     assert all(costs[1][c] < FORBIDDEN for c in head["rowwise"])
     assert isinstance(find_mesh(costing, (hidden["colwise"][0], head["colwise"][0]), 4), str)
     assert find_mesh(costing, (hidden["colwise"][0], head["rowwise"][0]), 4) == (2, 2)
+
+
+def test_a_mixture_of_experts_module_is_one_placement(tmp_path) -> None:
+    """The experts' up and down products read one module's fused weights: exported as that module
+    once (both weights, one gradient reduction per pass); no DTensor style splits the stacked
+    expert weights, so Megatron's row split of them does not run, and says why."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 2, simulate=False, expressible="torch")
+    written = result.export_all(tmp_path)
+    assert "no DTensor form" in written["megatron-tp2"] and "experts" in written["megatron-tp2"]
+    from stratopt.planning import load_plan
+
+    dp = load_plan(written["data-parallel"])
+    experts = dp.modules["layers.0.mlp.experts"]
+    assert experts["params"] == ["layers.0.mlp.experts.gate_up_proj", "layers.0.mlp.experts.down_proj"]
+    assert experts["tp"] == "replicate" and experts["collectives"]["backward"] == {"all_reduce": 1}
+    fsdp = load_plan(written["fsdp"]).modules["layers.0.mlp.experts"]
+    assert fsdp["fsdp"] and fsdp["collectives"]["backward"] == {"all_gather": 1, "reduce_scatter": 1}

@@ -112,15 +112,17 @@ class Builder:
         inputs = [(x, groups), *extra]
         return self._add(kind, name, op, [g[0] for g in groups], x.shape, inputs, [(x.shape, groups)], **options)[0]
 
-    def annotate(self, t: TensorRef, **attrs: Any) -> None:
-        """Add ``attrs`` to the attributes of the operator that produced ``t`` (how a profile should
-        price it: ``fused_attention``, ``causal``, ``tied``; which module's ``params`` it reads)."""
+    def annotate(self, t: TensorRef | str, **attrs: Any) -> None:
+        """Add ``attrs`` to the attributes of the operator that produced ``t`` (or is named ``t``):
+        how a profile should price it (``fused_attention``, ``causal``, ``tied``), which module's
+        ``params`` it reads."""
+        name = t if isinstance(t, str) else t.source
         for i in range(len(self._ops) - 1, -1, -1):  # the newest first: usually the one just added
             op = self._ops[i]
-            if op.name == t.source:
+            if op.name == name:
                 self._ops[i] = dataclasses.replace(op, attrs={**op.attrs, **attrs})
                 return
-        raise ModelError(f"annotate: {t.source!r} is not an operator of this graph")
+        raise ModelError(f"annotate: {name!r} is not an operator of this graph")
 
     def producer(self, t: TensorRef) -> Operator | None:
         """The operator that produced ``t`` (None for a graph input)."""

@@ -221,7 +221,11 @@ def _emit_one(
         if width not in (ffn, 2 * ffn):
             return None
         gates = tensors[-1] if len(tensors) > 1 and tensors[-1].shape[0] == x.shape[0] else None  # the weights
-        return g.moe(x, up[0], int(a.get("top_k", 1)), ffn, gated=width == 2 * ffn, gates=gates, name=_safe(n.name))
+        moe = g.moe(x, up[0], int(a.get("top_k", 1)), ffn, gated=width == 2 * ffn, gates=gates, name=_safe(n.name))
+        for part, cube in (("up", cubes[0]), ("down", cubes[-1])):  # the expert weights each product reads
+            if cube.attrs.get("param"):
+                g.annotate(f"{_safe(n.name)}.{part}", params=[str(cube.attrs["param"])])
+        return moe
     if kind == "einsum" and len(tensors) == 2:
         equation = _no_ellipsis(a["equation"], [len(t) for t in tensors])
         return g.einsum(equation, tensors[0], tensors[1], pointwise=pw, name=_safe(n.name))

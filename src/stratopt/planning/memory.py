@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.problem import StrategyProblem, evaluate
+from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
 from stratopt.solvers import solve
 
 
@@ -79,7 +79,8 @@ def under_memory(
 
     if used(best) <= limit:
         return best, "optimal", best_cost
-    least = sum(float(m.min()) for m in memory)
+    allowed = [b < FORBIDDEN for b in base]  # the least over the configurations not forbidden
+    least = sum(float(m[ok].min()) if ok.any() else math.inf for ok, m in zip(allowed, memory, strict=True))
     if least > limit:
         return None, f"infeasible: the least memory any strategy needs is {least / 1e9:.1f} GB per device", None
     bound = -math.inf

@@ -260,10 +260,13 @@ def _torch_search(
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
-    configurations allowed besides); the bound is the least of the meshes' bounds."""
+    configurations allowed besides); the bound is the least of the meshes' bounds.
+
+    Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched
+    best bound first, and one whose bound is no better than the best objective found is not searched
+    further (its bound stands for it); among the strategies found, the least step time wins."""
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
-    best: tuple[int, ...] | None = None
-    bounds: list[float] = []
+    runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         costs = restricted_costs(costing, dp, tp)
         if costs is not None and mask is not None:
@@ -272,11 +275,31 @@ def _torch_search(
         if costs is None:
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue
-        found, _, bound = under_memory(costing.problem.replace(node_costs=costs), costs, memory, limit, time_limit, say)
+        problem = costing.problem.replace(node_costs=costs)
+        fastest = exact_dp(problem, time_limit)
+        if fastest is not None:
+            runs.append((fastest[1], dp, tp, problem, costs, fastest))
+    best: tuple[int, ...] | None = None
+    best_objective = math.inf
+    bounds: list[float] = []
+    for value, dp, tp, problem, costs, fastest in sorted(runs, key=lambda r: r[0]):
+        if value >= best_objective:
+            bounds.append(value)
+            say(f"mesh {dp} x {tp}: at best {value:.1f} us, no better than {best_objective:.1f} us found")
+            continue
+
+        def oracle(price: float, problem: Any = problem, costs: Any = costs, fastest: Any = fastest) -> Any:
+            if price == 0.0:
+                return fastest
+            priced = [c + price * m for c, m in zip(costs, memory, strict=True)]
+            return exact_dp(problem.replace(node_costs=priced), time_limit)
+
+        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle)
         if bound is not None:
             bounds.append(bound)
         if found is not None:
             say(f"mesh {dp} x {tp}: {costing.step_time(found):.1f} us")
+            best_objective = min(best_objective, float(evaluate(costing.problem, found).objective))
             if best is None or costing.step_time(found) < costing.step_time(best):
                 best = found
     if best is None:

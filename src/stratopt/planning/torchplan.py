@@ -10,7 +10,8 @@ operator that holds weights takes a form DTensor has a style for:
   input features do (``rowwise``: ``RowwiseParallel``, its output all-reduced);
 - an embedding split over its vocabulary (``vocab``: ``RowwiseParallel`` on ``nn.Embedding``) or its
   width (``colwise``), or whole;
-- anything else that holds weights (convolutions, norms, experts) whole.
+- anything else that holds weights (convolutions, norms, experts) whole; several operators that
+  read one module's weights (a mixture of experts' up and down products) are that module once.
 
 A model's output (an operator no other reads: its caller, or the loss inside a Hugging Face model,
 reads it whole) is never column-split: DTensor would hand the caller its shard, and the gather the
@@ -97,6 +98,8 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
     attrs = op.attrs
     if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or sum(1 for i in op.inputs if i.param) != 1:
         return None
+    if any(i.param and len(i.use.shape) > 2 for i in op.inputs):  # experts' stacked weights: no style splits them
+        return None
     split = [g for g in ("m", "n", "k", "batch") if any(a in rest for a in attrs.get(g, []))]
     if split == ["k"]:
         return "vocab" if attrs.get("lookup") else "rowwise"
@@ -142,19 +145,21 @@ def _runs(costing: Any, v: int, c: int, batches: dict[str, Any], outputs: set[in
 
 def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> tuple[int, int] | str:
     """The mesh on which DTensor runs ``assignment`` as priced, or why there is none (naming the first
-    operator that has no style, or whose recomputation no checkpointed block runs)."""
+    operator that has no style on the mesh that runs the most of it, or whose recomputation no
+    checkpointed block runs)."""
     graph, p = costing.graph, costing.policy.procs
     recomputed = checkpointed(costing, assignment)
     if isinstance(recomputed, str):
         return recomputed
     batches, outputs = batch_axes(graph), _read_whole(costing)
-    why = "no operator"
+    why, furthest = "no operator", -1  # the reason on the mesh that runs the most of it
     for dp, tp in sorted(mesh_shapes(p, gpus_per_node), key=lambda m: -m[1]):
         for v, op in enumerate(graph.operators):
             c = assignment[v]
             if _runs(costing, v, c, batches, outputs, dp, tp) is None:
-                label = costing.problem.labels[v][c] if costing.problem.labels else c
-                why = f"operator {op.name} ({label}) has no DTensor form on a {dp} x {tp} mesh"
+                if v > furthest:
+                    label = costing.problem.labels[v][c] if costing.problem.labels else c
+                    why, furthest = f"operator {op.name} ({label}) has no DTensor form on a {dp} x {tp} mesh", v
                 break
         else:
             return dp, tp
@@ -244,7 +249,30 @@ def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: in
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
             out.append(_recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p)
-    return out
+    merged: dict[str, ModulePlacement] = {}
+    for p in out:
+        merged[p.module] = _merged(merged[p.module], p) if p.module in merged else p
+    return list(merged.values())
+
+
+def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
+    """One module whose weights several operators read (a mixture of experts' up and down products
+    on its fused expert weights): PyTorch lays the module out once, so the operators must agree,
+    whole (no tensor-parallel style), both sharded or neither. The module's gradients are reduced
+    in one bucket and FSDP gathers its weights in one collective, so each collective counts once
+    per pass (the cost model prices each operator's share of the bytes, and a latency each)."""
+    if first.tp != "replicate" or then.tp != "replicate" or first.fsdp != then.fsdp:
+        raise ModelError(
+            f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
+            f"({first.tp}{', fsdp' if first.fsdp else ''} and {then.tp}{', fsdp' if then.fsdp else ''}); "
+            "PyTorch lays a module out once"
+        )
+    phases = {}
+    for phase in dict.fromkeys([*first.collectives, *then.collectives]):
+        a, b = first.collectives.get(phase, {}), then.collectives.get(phase, {})
+        phases[phase] = {k: max(a.get(k, 0), b.get(k, 0)) for k in dict.fromkeys([*a, *b])}
+    params = tuple(dict.fromkeys([*first.params, *then.params]))
+    return dataclasses.replace(first, params=params, collectives=phases, held=first.held + then.held)
 
 
 def _recomputing(placement: ModulePlacement, tied: bool) -> ModulePlacement:
