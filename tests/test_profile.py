@@ -39,6 +39,7 @@ def test_the_machine_file_holds_what_was_measured(profiled, capsys) -> None:
     c = calibration_of(machine)
     assert 0 < c.gemm_efficiency <= 1 and 0 < c.attention_efficiency <= 1 and c.gemm_half_gflop >= 0
     assert c.overlap == 0.0 and c.hbm_efficiency == 1.0 and c.network_efficiency == 1.0
+    assert c.launch_us > 0 and c.op_overhead_us >= 0
     assert picture.stat().st_size > 10_000 and picture.read_bytes()[:4] == b"\x89PNG"
     # the plan takes it, and prices in float32 with it
     result = plan("stratopt.torch.models:mlp", 1, 2, machine=str(path), simulate=False)
@@ -97,3 +98,22 @@ def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) ->
     assert "dtype_bytes must be 1, 2, 4 or 8" in capsys.readouterr().err
     assert main(["profile", "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
     assert "cannot write the machine file" in capsys.readouterr().err
+
+
+def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
+    """A machine whose calibration says each operator costs 10 us to dispatch prices every operator
+    30 us more (three passes), and nothing else; calibrate never fits it (the runs are on GPUs)."""
+    import dataclasses
+
+    from stratopt.cost import build
+    from stratopt.graph.zoo import alexnet
+    from stratopt.machine import Calibration
+    from stratopt.planning.calibrate import FITTED
+
+    base = get_machine("h100")
+    slow = dataclasses.replace(base, calibration=tuple(sorted({**dict(base.calibration), "launch_us": 10.0}.items())))
+    a = build(alexnet(), 2, profile="default", machine=base)
+    b = build(alexnet(), 2, profile="default", machine=slow)
+    for x, y in zip(a.vertex_costs, b.vertex_costs, strict=True):
+        assert y.compute == pytest.approx(x.compute + 30.0) and (y.comm == x.comm).all()
+    assert "launch_us" not in FITTED and Calibration().launch_us == 0.0

@@ -159,7 +159,9 @@ class Calibration:
     ``step_overhead_ms``: a fixed cost per step (the data loader, logging);
     ``op_overhead_us``: a fixed cost per product and pass where FSDP shards the weights (its hooks
     around each module: gathers launched and awaited, shards freed); what keeps small models far
-    from the peak in the measured runs, which all shard.
+    from the peak in the measured runs, which all shard;
+    ``launch_us``: a fixed cost per operator and pass (dispatching it: what small operators cost on
+    a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets.
     Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
     fits it within; the ``default`` cost profile and the step predictor
     (:func:`stratopt.planning.predict.predict`) price with it.
@@ -175,6 +177,8 @@ class Calibration:
     overlap: float = field(default=0.8, metadata={"fit": (0.0, 1.0)})
     step_overhead_ms: float = field(default=5.0, metadata={"fit": (0.0, 500.0)})
     op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
+    # measured by `stratopt profile`, not fitted: the published runs are on GPUs, where it hides
+    launch_us: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

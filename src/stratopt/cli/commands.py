@@ -350,17 +350,10 @@ def profile_cmd(args: argparse.Namespace) -> int:
     """
     if args.output is not None and not Path(args.output).resolve().parent.is_dir():
         raise ModelError(f"{args.output}: cannot write the machine file (no such folder)")
-    found = profile(args.device, args.world, name=args.name, progress=None if args.json else _bar)
+    found = profile(args.device, args.world, name=args.name, progress=not args.json)
     if args.output is not None:
         write_machine(found.machine, args.output)
     if args.plot is not None:
         plots.machine_profile(found.to_dict(), args.plot)
     _show(args, found.to_dict(), lambda: report.print_profile(found, args.output, args.plot))
     return OK
-
-
-def _bar(what: str, done: int, total: int) -> None:
-    """A progress bar on stderr, one line per measurement."""
-    width = 20
-    filled = round(width * done / max(total, 1))
-    stderr(f"profile [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}")

@@ -26,7 +26,9 @@ marked ``fused_attention`` (FlashAttention, :mod:`stratopt.graph.decoder`) run t
 at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomputes the scores),
 and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
 of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
-FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); Adam's step streams 30 bytes per weight element held.
+FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); every operator costs
+``launch_us`` per pass (dispatching it: 0 on the presets, measured by ``stratopt profile``); Adam's
+step streams 30 bytes per weight element held.
 Weight gathers (FSDP) and gradient reductions hide under up to ``overlap`` of the compute
 (:meth:`~stratopt.cost.common.VertexCosts.exposed`); ``step_overhead_ms`` is a constant per step.
 An operator marked ``tied`` reads another's weight (a tied output projection): its weight has no
@@ -85,7 +87,7 @@ class DefaultProfile(EdgePricing):
         #: the links collectives and messages run on (their achieved bandwidth)
         self.links = machine
         self.attention_flops, self.gemm_half = self.flops, 0.0
-        self.op_overhead = self.overlap = self.step_overhead = 0.0
+        self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
         if self.calibrated:
             c = calibration_of(machine)
             peak = machine.peak_tflops * 1e12
@@ -96,7 +98,7 @@ class DefaultProfile(EdgePricing):
             self.links = dataclasses.replace(
                 machine, intra_gbps=machine.intra_gbps * net, inter_gbps=machine.inter_gbps * net
             )
-            self.op_overhead, self.overlap = c.op_overhead_us, c.overlap
+            self.op_overhead, self.overlap, self.launch = c.op_overhead_us, c.overlap, c.launch_us
             self.step_overhead = c.step_overhead_ms * 1e3
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
@@ -131,8 +133,8 @@ class DefaultProfile(EdgePricing):
             memory = memory - weight_tile(op, cfg) * (2 * self.dtype_bytes + self.state_bytes)
         if role:  # the fused kernel's forward is 1 of its 3.5 passes (the backward recomputes the scores)
             ahead = compute / 3.5
-        if self.calibrated:
-            compute = compute + self._optimizer(op, weight_tile(op, cfg))
+        if self.calibrated:  # Adam's step, and dispatching the operator in each of its 3 passes
+            compute = compute + self._optimizer(op, weight_tile(op, cfg)) + 3.0 * self.launch
         return VertexCosts(compute, comm, memory, fwd, sync, ahead)
 
     def _optimizer(self, op: Operator, held: np.ndarray) -> np.ndarray:

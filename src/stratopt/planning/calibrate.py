@@ -39,7 +39,9 @@ _INTS = ("layers", "d_model", "heads", "vocab", "seq_len", "gpus", "gpus_per_nod
 _NEEDED = ("model", *_INTS, "strategy", "recompute", "tokens_per_s_per_gpu")
 
 #: The parameters :func:`calibrate` fits, with their bounds (each field's ``fit`` metadata).
-FITTED: dict[str, tuple[float, float]] = {f.name: f.metadata["fit"] for f in dataclasses.fields(Calibration)}
+FITTED: dict[str, tuple[float, float]] = {
+    f.name: f.metadata["fit"] for f in dataclasses.fields(Calibration) if "fit" in f.metadata
+}
 
 
 @dataclass(frozen=True)

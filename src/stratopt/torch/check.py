@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -105,8 +106,16 @@ def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
     while not isinstance(out, torch.Tensor):
         out = out[0] if isinstance(out, list | tuple) else next(iter(out.values()))
     whole = (out.shape[0] * parts, *out.shape[1:])
+    return (out * _loss_weights(whole, parts, part, out.dtype, out.device)).mean()
+
+
+@functools.lru_cache(maxsize=8)
+def _loss_weights(whole: tuple[int, ...], parts: int, part: int, dtype: Any, device: Any) -> Any:
+    """The loss's fixed random tensor (drawn once per shape: a step does not pay for drawing it)."""
+    import torch
+
     weights = torch.randn(whole, generator=torch.Generator().manual_seed(1234), dtype=torch.float64)
-    return (out * weights.chunk(parts, dim=0)[part].to(out.dtype)).mean()
+    return weights.chunk(parts, dim=0)[part].to(dtype=dtype, device=device)
 
 
 def _relative(a: Any, b: Any, floor: float = 0.0) -> float:

@@ -1,6 +1,8 @@
 """Measure the machine at hand with PyTorch and write it as a machine file (``stratopt profile``).
 
-What the ``default`` cost profile prices with, measured instead of taken from a datasheet:
+What the ``default`` cost profile prices with, measured instead of taken from a datasheet, on
+``world`` ranks at once (processes on this machine, as ``train`` starts them; the slowest rank's
+time kept), so that on a CPU each rank sees its share of the cores, as in training:
 
 - **matrix products** of several sizes and shapes: the time of ``w`` flops fitted as
   ``(w + gemm_half) / rate`` (small products do not reach the rate), the calibration's
@@ -10,11 +12,15 @@ What the ``default`` cost profile prices with, measured instead of taken from a 
   over the peak: ``attention_efficiency``;
 - **memory bandwidth**: an elementwise add (two reads, one write) of tensors past every cache:
   ``hbm_gbps`` (smaller ones are shown beside it);
+- **dispatch**: a chain of small linear modules forward and backward, per module and pass:
+  ``launch_us``, charged to every operator in each of its three passes;
 - **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
   NCCL on GPUs): all-reduce, all-gather, reduce-scatter, all-to-all and a send/receive ping-pong,
   from 4 KB to 16 MB; one bandwidth and one latency per message fitted to all of them by the ring
   formulas the machine model uses (:mod:`stratopt.machine`): the links inside a node. One machine
-  is measured, so the network between nodes is taken as the same.
+  is measured, so the network between nodes is taken as the same;
+- **FSDP's own work**: a chain of linear modules each sharded by ``fully_shard``, against the same
+  chain unsharded, beyond its collectives, per module and pass: ``op_overhead_us``.
 
 The figures are achieved ones, so the file's ``hbm_efficiency`` and ``network_efficiency`` are 1; on
 the CPU, where gloo's collectives run on the cores that compute, ``overlap`` is 0. Values are the
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +44,7 @@ from stratopt.errors import ModelError
 from stratopt.machine import Calibration, Machine
 from stratopt.torch.launch import backend, run_ranks
 
-__all__ = ["KINDS", "Profile", "profile"]
+__all__ = ["KINDS", "Profile", "bar", "fit_gemm", "fit_links", "profile"]
 
 #: The collectives measured, as the machine model names them.
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -191,22 +198,142 @@ def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: t
     return rows
 
 
-def _collectives(rank: int, world: int, payload: tuple[str, tuple[int, ...]]) -> list[dict[str, Any]] | None:
-    """Every collective at every message size on this rank (:func:`run_ranks`' work); rank 0's times."""
-    import torch
-    import torch.distributed as dist
+def _fsdp_chain(torch: Any, device: Any, world: int) -> dict[str, float]:
+    """A chain of linear modules, forward and backward, plain and with each module sharded by
+    FSDP over the ranks: the seconds of each, the modules and the bytes of one module's weights."""
+    from torch.distributed.fsdp import fully_shard
 
-    kind, sizes = payload
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device("cpu")
-    rows = [row for nbytes in sizes for row in _at_size(dist, rank, world, nbytes, device, (gather, scatter))]
-    times: list[Any] = [None] * world
-    dist.all_gather_object(times, rows)
-    if rank != 0:
-        return None
-    # a collective ends when its slowest rank does
-    return [{**row, "seconds": max(t[i]["seconds"] for t in times if t)} for i, row in enumerate(rows)]
+    clock = _clock(torch, device)
+    width, count = 256, 8
+    x = torch.randn(16, width, device=device)
+
+    def chain() -> Any:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*(torch.nn.Linear(width, width, bias=False) for _ in range(count))).to(device)
+
+    plain = chain()
+    sharded = chain()
+    for module in sharded:
+        fully_shard(module)
+    fully_shard(sharded)
+    out = {"modules": float(count), "bytes": float(width * width * 4)}
+    for name, model in (("plain", plain), ("sharded", sharded)):
+        out[name] = _timed(partial(_step, model, x), clock, calls=_CALLS)
+    return out
+
+
+def _step(model: Any, x: Any) -> None:
+    model(x).sum().backward()
+
+
+def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool]) -> Any:
+    """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work; called directly
+    for one rank): the products, attention, bandwidth and dispatch each rank sees while the others
+    compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
+    the FSDP chain; rank 0's figures, each the slowest rank's."""
+    import torch
+
+    device, sizes, show = payload
+    together = world > 1
+    total, done = len(_shapes(device)) + 3 + 2 * together, 0
+
+    def say(what: str) -> None:
+        nonlocal done
+        done += 1
+        if show and rank == 0:
+            print(bar(what, done, total), file=sys.stderr, flush=True)
+
+    if together:
+        import torch.distributed as dist
+
+        dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    else:
+        dev = torch.device(device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    clock = _clock(torch, dev)
+
+    def timed(run: Callable[[], Any]) -> float:  # a fifth of a second of calls: steadier than a few
+        if together:
+            dist.barrier()
+        return _timed(run, clock, least=0.2, most=400)
+
+    gemm = []
+    for m, n, k in _shapes(device):
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        seconds = timed(partial(torch.matmul, a, b))
+        flops = 2.0 * m * n * k
+        gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds})
+        say(f"matrix product {m} x {k} x {n}")
+    attention = _attention(torch, dev, dtype, timed, device)
+    say("fused attention")
+    bandwidth = []
+    for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
+        x, y = torch.randn(elements, device=dev, dtype=dtype), torch.randn(elements, device=dev, dtype=dtype)
+        z = torch.empty_like(x)
+        seconds = timed(partial(torch.add, x, y, out=z))
+        bandwidth.append({"bytes": 3.0 * elements * x.element_size(), "seconds": seconds})
+        del x, y, z
+    say("memory bandwidth")
+    chain = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(32))).to(device=dev, dtype=dtype)
+    tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
+    launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
+    say("dispatching an operator")
+    found: dict[str, Any] = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "launch": launch}
+    found["collectives"], found["fsdp"] = [], {}
+    if together:
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        found["collectives"] = [row for n in sizes for row in _at_size(dist, rank, world, n, dev, (gather, scatter))]
+        say(f"collectives over {world} ranks ({dist.get_backend()})")
+        found["fsdp"] = _fsdp_chain(torch, dev, world)
+        say("FSDP's own work")
+        everyone: list[Any] = [None] * world
+        dist.all_gather_object(everyone, found)
+        if rank != 0:
+            return None
+        found = _slowest(everyone)
+    for r in found["gemm"]:
+        r["tflops"] = r["flops"] / r["seconds"] / 1e12
+    for r in found["bandwidth"]:
+        r["gbps"] = r["bytes"] / r["seconds"] / 1e9
+    return found
+
+
+def bar(what: str, done: int, total: int, width: int = 20) -> str:
+    """One line of a progress bar: ``profile [#####.....] 5/10 what``."""
+    filled = round(width * done / max(total, 1))
+    return f"profile [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}"
+
+
+def _attention(torch: Any, dev: Any, dtype: Any, timed: Callable[[Callable[[], Any]], float], device: str) -> dict:
+    """Fused causal attention, forward and backward: its seconds and its rate on the causal half of
+    its two products, counted as 3.5 forward passes (how the profile prices it)."""
+    import torch.nn.functional as F
+
+    b, h, s, d = (2, 8, 512, 64) if device == "cpu" else (8, 16, 2048, 128)
+    q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b, h, s, d, device=dev, dtype=dtype)
+
+    def attend() -> None:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+    seconds = timed(attend)
+    work = 2.0 * (2.0 * b * h * s * s * d) * 0.5  # two products, the causal half
+    return {"batch": b, "heads": h, "seq": s, "head_dim": d, "seconds": seconds, "tflops": 3.5 * work / seconds / 1e12}
+
+
+def _slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's figures with each time the slowest rank's (a step ends when its slowest rank does)."""
+    first = ranks[0]
+    out = dict(first)
+    for key in ("gemm", "bandwidth", "collectives"):
+        out[key] = [{**row, "seconds": max(r[key][i]["seconds"] for r in ranks)} for i, row in enumerate(first[key])]
+    out["attention"] = {**first["attention"], "seconds": max(r["attention"]["seconds"] for r in ranks)}
+    work = first["attention"]["tflops"] * first["attention"]["seconds"]
+    out["attention"]["tflops"] = work / out["attention"]["seconds"]
+    out["launch"] = max(r["launch"] for r in ranks)
+    out["fsdp"] = {k: max(r["fsdp"][k] for r in ranks) for k in first["fsdp"]}
+    return out
 
 
 def profile(
@@ -214,15 +341,15 @@ def profile(
     world: int = 2,
     *,
     name: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: bool = False,
     timeout: float = 300.0,
 ) -> Profile:
     """Measure this machine (``device``: ``cpu`` or ``cuda``; collectives over ``world`` local
     ranks, none for 1) and fit a :class:`~stratopt.machine.Machine` to it (see the module's
-    docstring). ``progress(what, done, total)`` hears of each measurement."""
+    docstring). With ``progress``, rank 0 prints a progress bar on stderr as it measures
+    (:func:`bar`)."""
     try:
         import torch
-        import torch.nn.functional as F
     except ImportError:
         raise ModelError("profile needs the 'torch' extra: pip install 'stratopt[torch]'") from None
     if device not in ("cpu", "cuda"):
@@ -234,59 +361,26 @@ def profile(
     if device == "cuda" and world > torch.cuda.device_count():
         raise ModelError(f"--world {world}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     started = time.perf_counter()
-    say = progress or (lambda _what, _done, _total: None)
-    dev = torch.device(device)
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    clock = _clock(torch, dev)
-    shapes = _shapes(device)
-    total = len(shapes) + 2 + (1 if world > 1 else 0)
-    step = 0
-
-    gemm = []
-    for m, n, k in shapes:
-        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
-        seconds = _timed(partial(torch.matmul, a, b), clock)
-        flops = 2.0 * m * n * k
-        gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds, "tflops": flops / seconds / 1e12})
-        step += 1
-        say(f"matrix product {m} x {k} x {n}", step, total)
+    payload = (device, _MESSAGES, bool(progress))
+    if world > 1:
+        found = run_ranks(_measure, world, payload, timeout=timeout, what="profile")[0]
+    else:
+        found = _measure(0, 1, payload)
+    gemm, attention, bandwidth = found["gemm"], found["attention"], found["bandwidth"]
     rate, half = fit_gemm(gemm)
     peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
-
-    b_, h, s, d = (2, 8, 512, 64) if device == "cpu" else (8, 16, 2048, 128)
-    q, k_, v = (torch.randn(b_, h, s, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
-    grad = torch.randn(b_, h, s, d, device=dev, dtype=dtype)
-
-    def attend() -> None:
-        F.scaled_dot_product_attention(q, k_, v, is_causal=True).backward(grad)
-
-    seconds = _timed(attend, clock)
-    work = 2.0 * (2.0 * b_ * h * s * s * d) * 0.5  # two products, the causal half
-    attention = {"batch": b_, "heads": h, "seq": s, "head_dim": d, "seconds": seconds}
-    attention["tflops"] = 3.5 * work / seconds / 1e12
-    step += 1
-    say(f"fused attention {b_} x {h} x {s} x {d}", step, total)
-
-    bandwidth = []
-    for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
-        x, y = torch.randn(elements, device=dev, dtype=dtype), torch.randn(elements, device=dev, dtype=dtype)
-        z = torch.empty_like(x)
-        seconds = _timed(partial(torch.add, x, y, out=z), clock)
-        moved = 3.0 * elements * x.element_size()
-        bandwidth.append({"bytes": moved, "seconds": seconds, "gbps": moved / seconds / 1e9})
     hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
-    step += 1
-    say("memory bandwidth", step, total)
-
-    collectives: list[dict[str, Any]] = []
-    link_bw, latency = hbm * 1e9, 0.0
-    if world > 1:
-        found = run_ranks(_collectives, world, (device, _MESSAGES), timeout=timeout, what="profile")[0]
-        collectives = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found]
+    collectives: list[dict[str, Any]] = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found["collectives"]]
+    link_bw, latency, hooks = hbm * 1e9, 0.0, 0.0
+    if collectives:
         link_bw, latency = fit_links(collectives, world)
-        step += 1
-        say(f"collectives over {world} ranks ({backend(world)})", step, total)
-
+        # FSDP's own work per module and pass: the sharded chain's time beyond the plain chain's and
+        # beyond its collectives (two gathers and a reduce-scatter of each module's weights)
+        sharded = found["fsdp"]
+        moved = 3.0 * ((world - 1.0) / world * sharded["bytes"] / link_bw + (world - 1.0) * latency)
+        hooks = max(0.0, (sharded["sharded"] - sharded["plain"]) / sharded["modules"] - moved) / 3.0
+    launch = found["launch"]
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
     calibration = Calibration(
         gemm_efficiency=min(1.0, rate / peak),
         gemm_half_gflop=half / 1e9,
@@ -295,7 +389,8 @@ def profile(
         network_efficiency=1.0,
         overlap=0.0 if device == "cpu" else Calibration().overlap,
         step_overhead_ms=0.0,
-        op_overhead_us=0.0,
+        op_overhead_us=hooks * 1e6,
+        launch_us=launch * 1e6,
     )
     label = name or f"profiled-{device}"
     memory = _memory_gb(torch, device, world)
@@ -319,7 +414,7 @@ def profile(
         dtype_bytes=torch.empty((), dtype=dtype).element_size(),
     )
     fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
-    fit["latency_us"] = latency * 1e6
+    fit["latency_us"], fit["launch_us"], fit["fsdp_us"] = latency * 1e6, launch * 1e6, hooks * 1e6
     return Profile(
         device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
