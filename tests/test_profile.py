@@ -26,6 +26,7 @@ def profiled(tmp_path_factory):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         argv = ["profile", "--world", "2", "-o", str(path), "--plot", str(picture), "--name", "here", "--json"]
+        argv += ["--window", "0.02"]  # short windows: the figures are checked for sense, not for steadiness
         assert main(argv) == 0
     return path, picture, json.loads(printed.getvalue())
 
@@ -55,9 +56,9 @@ def test_json_lists_every_measurement_and_the_fit_reproduces_them(profiled) -> N
     assert len(data["collectives"]) == 7 * len(KINDS) and all(r["seconds"] > 0 for r in data["collectives"])
     rate, half = data["fit"]["gemm_rate_tflops"] * 1e12, data["fit"]["gemm_half_gflop"] * 1e9
     assert (rate, half) == pytest.approx(fit_gemm(data["gemm"]))
-    # the fitted curve is the products' own within a factor of 2 (timings on a loaded machine vary)
+    # the fitted curve is the products' own within a factor of 3 (short windows on a loaded machine vary)
     for r in data["gemm"]:
-        assert 0.5 <= (r["flops"] + half) / rate / r["seconds"] <= 2.0, r
+        assert 1 / 3 <= (r["flops"] + half) / rate / r["seconds"] <= 3.0, r
     bw, lat = fit_links(data["collectives"], 2)
     assert bw / 1e9 == pytest.approx(data["machine"]["intra_gbps"]) and lat * 1e6 == pytest.approx(
         data["machine"]["intra_latency_us"]
@@ -98,6 +99,8 @@ def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) ->
     assert "dtype_bytes must be 1, 2, 4 or 8" in capsys.readouterr().err
     assert main(["profile", "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
     assert "cannot write the machine file" in capsys.readouterr().err
+    assert main(["profile", "--window", "0"]) == 2
+    assert "--window must be a number of seconds in (0, 60]" in capsys.readouterr().err
 
 
 def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:

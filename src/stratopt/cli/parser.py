@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", metavar="NAME", help="the machine's name (profiled-DEVICE)")
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the machine file here")
     p.add_argument("--plot", metavar="FILE.png", help="plot the measured curves")
+    p.add_argument("--window", type=float, default=0.2, metavar="SEC", help="seconds of calls per figure (0.2)")
     _options(p, "json")
     p = _add(sub, commands.import_cmd)
     p.add_argument(

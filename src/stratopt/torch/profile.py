@@ -226,14 +226,14 @@ def _step(model: Any, x: Any) -> None:
     model(x).sum().backward()
 
 
-def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool]) -> Any:
+def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float]) -> Any:
     """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work; called directly
     for one rank): the products, attention, bandwidth and dispatch each rank sees while the others
     compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
     the FSDP chain; rank 0's figures, each the slowest rank's."""
     import torch
 
-    device, sizes, show = payload
+    device, sizes, show, window = payload
     together = world > 1
     total, done = len(_shapes(device)) + 3 + 2 * together, 0
 
@@ -252,10 +252,10 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool]) 
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     clock = _clock(torch, dev)
 
-    def timed(run: Callable[[], Any]) -> float:  # a fifth of a second of calls: steadier than a few
+    def timed(run: Callable[[], Any]) -> float:  # a window of calls: steadier than a few
         if together:
             dist.barrier()
-        return _timed(run, clock, least=0.2, most=400)
+        return _timed(run, clock, least=window, most=400)
 
     gemm = []
     for m, n, k in _shapes(device):
@@ -342,12 +342,14 @@ def profile(
     *,
     name: str | None = None,
     progress: bool = False,
+    window: float = 0.2,
     timeout: float = 300.0,
 ) -> Profile:
     """Measure this machine (``device``: ``cpu`` or ``cuda``; collectives over ``world`` local
     ranks, none for 1) and fit a :class:`~stratopt.machine.Machine` to it (see the module's
     docstring). With ``progress``, rank 0 prints a progress bar on stderr as it measures
-    (:func:`bar`)."""
+    (:func:`bar`); each product, attention, bandwidth and dispatch figure is the median of
+    ``window`` seconds of calls (at least 3)."""
     try:
         import torch
     except ImportError:
@@ -358,10 +360,12 @@ def profile(
         raise ModelError("--device cuda: this PyTorch sees no CUDA device")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ModelError(f"--world must be a positive number of ranks, got {world!r}")
+    if not 0 < window <= 60:
+        raise ModelError(f"--window must be a number of seconds in (0, 60], got {window!r}")
     if device == "cuda" and world > torch.cuda.device_count():
         raise ModelError(f"--world {world}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     started = time.perf_counter()
-    payload = (device, _MESSAGES, bool(progress))
+    payload = (device, _MESSAGES, bool(progress), float(window))
     if world > 1:
         found = run_ranks(_measure, world, payload, timeout=timeout, what="profile")[0]
     else:
