@@ -191,3 +191,51 @@ def test_a_version_2_plan_loads_and_a_bad_recompute_list_is_refused(llama_graph)
         plan_from_dict(data | {"recompute": "layers.0"})
     with pytest.raises(ModelError, match="plan version 4"):
         plan_from_dict(data | {"version": 4})
+
+
+def test_the_least_memory_counts_only_configurations_not_forbidden() -> None:
+    """A limit only forbidden configurations could meet is seen at once as infeasible (the least
+    memory is taken over what is allowed), not searched for."""
+    from stratopt.planning.memory import under_memory
+    from stratopt.problem import FORBIDDEN
+
+    costing = build(_stack(2), 2, profile="default", machine="h100")
+    base = [np.asarray(n, dtype=np.float64) for n in costing.node_costs()]
+    memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    least = [int(np.argmin(m)) for m in memory]
+    costs = [np.where(np.arange(len(b)) == k, float(FORBIDDEN), b) for b, k in zip(base, least, strict=True)]
+    floor = sum(float(np.sort(m)[1]) for m in memory)  # the least over what is allowed
+    limit = (sum(float(m.min()) for m in memory) + floor) / 2
+    found, status, bound = under_memory(costing.problem.replace(node_costs=costs), costs, memory, limit, 60, print)
+    assert found is None and bound is None and status.startswith("infeasible"), status
+
+
+def test_meshes_skipped_by_their_bound_lose_no_objective(llama_graph) -> None:
+    """The runnable search skips a mesh whose unconstrained optimum is no better than what it found;
+    the best objective found is the same as searching every mesh in full."""
+    from stratopt.machine import get_machine
+    from stratopt.planning.cluster import price
+    from stratopt.planning.memory import under_memory
+    from stratopt.planning.planner import _torch_search
+    from stratopt.planning.torchplan import mesh_shapes, restricted_costs
+    from stratopt.problem import evaluate
+
+    costing = price(llama_graph, 4, get_machine("h100"))
+    memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    free = plan(llama_graph, 1, 4, simulate=False, expressible="torch", recompute="none")
+    limit = 0.7 * float(free.plan.memory)
+    said: list[str] = []
+    found, _, bound = _torch_search(costing, 4, limit, 60, said.append)
+    assert found is not None and bound is not None
+    objective = float(evaluate(costing.problem, found).objective)
+    every = []
+    for dp, tp in mesh_shapes(4, 4):
+        costs = restricted_costs(costing, dp, tp)
+        if costs is not None:
+            a, _, _ = under_memory(costing.problem.replace(node_costs=costs), costs, memory, limit, 60, lambda _m: None)
+            if a is not None:
+                every.append(float(evaluate(costing.problem, a).objective))
+    # the skipped meshes could not have done better; what is picked among meshes is by step time
+    assert min(every) >= bound - 1e-6
+    assert objective <= min(every) * 1.05
+    assert any("no better than" in line for line in said) or len(every) <= 1
