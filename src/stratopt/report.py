@@ -336,9 +336,8 @@ def _print_rows(rows: Sequence[Sequence[str]], right: set[int]) -> None:
 def print_train(report: Any) -> None:
     """``stratopt train``: a row per step, the measured step beside the plan's estimate, the check."""
     dp, tp = report.mesh
-    print(
-        f"{report.model}: {len(report.losses)} AdamW steps on {report.world} {report.backend} ranks (mesh {dp} x {tp})"
-    )
+    shape = f"{report.stages} pipeline stages of {dp} x {tp}" if report.stages > 1 else f"mesh {dp} x {tp}"
+    print(f"{report.model}: {len(report.losses)} AdamW steps on {report.world} {report.backend} ranks ({shape})")
     table = _table(("step", "loss", "seconds", f"{report.unit} per s", "peak GB per rank"), (), title=None)
     peak = ", ".join(f"{b / 1e9:.2f}" for b in report.peak_memory)
     for k, (loss, s) in enumerate(zip(report.losses, report.seconds, strict=True)):
@@ -358,7 +357,8 @@ def print_check(report: Any) -> None:
     """``stratopt check-plan``: each check's figures, then the collectives module by module."""
     d = report.to_dict()
     dp, tp = report.mesh
-    print(f"{report.model}: the plan on {report.world} gloo processes (mesh {dp} x {tp}), against one process")
+    shape = f"{report.stages} pipeline stages of {dp} x {tp}" if report.stages > 1 else f"mesh {dp} x {tp}"
+    print(f"{report.model}: the plan on {report.world} gloo processes ({shape}), against one process")
 
     def verdict(name: str) -> str:
         return "ok" if d["checks"][name] else "MISMATCH"
@@ -385,6 +385,14 @@ def print_check(report: Any) -> None:
         print(
             f"recomputation       {verdict('recomputation'):8}  {counted} of {len(again)} modules and blocks ran "
             f"their forward again as planned ({planned} recompute)"
+        )
+    if report.stages > 1:
+        moved = report.transfers
+        matched = sum(1 for row in moved if row["match"])
+        sends = sum(n for row in moved for key, n in row["counted"].items() if key.startswith("send"))
+        print(
+            f"pipeline transfers  {verdict('pipeline transfers'):8}  {matched} of {len(moved)} stages sent and received "
+            f"as planned ({sends} activations and gradients sent, a micro-batch across a boundary each)"
         )
 
     def kinds(phases: dict[str, dict[str, int]]) -> str:
@@ -440,7 +448,10 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
         print(f"micro-batches tried (the model's batch cut into M): {words}")
     line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
     if single:
-        how = "the plan, priced as stages are" if info.get("tried") else f"{m} x the plan, gradients synced once"
+        if info.get("runs") == "torch":
+            how = f"the plan on {info['mesh'][0] * info['mesh'][1] * len(info['stages'])} devices, one stage"
+        else:
+            how = "the plan, priced as stages are" if info.get("tried") else f"{m} x the plan, gradients synced once"
         line += f"; without pipelining {single:,.1f} us ({how}): {single / info['estimate']:.2f}x by the model"
     print(line)
 
@@ -448,7 +459,8 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
 def _print_stages(info: dict[str, Any], limit: float | None) -> None:
     m = info["microbatches"]
     count = len(info["stages"])
-    print(f"pipeline: {count} stage{'s' if count != 1 else ''}, {m} micro-batches, {info['schedule']}")
+    mesh = f", each on a {info['mesh'][0]} x {info['mesh'][1]} mesh (runs in PyTorch)" if info.get("mesh") else ""
+    print(f"pipeline: {count} stage{'s' if count != 1 else ''}, {m} micro-batches, {info['schedule']}{mesh}")
     rows = [("stage", "operators", "devices", "us per micro-batch", "GB per device", "fits", "strategy")]
     for s in info["stages"]:
         words = "; ".join(

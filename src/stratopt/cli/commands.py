@@ -27,8 +27,9 @@ from stratopt.instances import catalogue, load_instance, load_placement, load_pr
 from stratopt.machine import get_machine, write_machine
 from stratopt.placement import ALGORITHMS, place
 from stratopt.placement.instance import PlacementInstance
-from stratopt.planning import parse_stages, plan, plan_pipeline, whole_nodes
+from stratopt.planning import ExportedPlan, parse_stages, plan, plan_pipeline, whole_nodes
 from stratopt.planning.calibrate import calibrate_file, predict_file
+from stratopt.planning.pipelined import runnable_stages
 from stratopt.planning.predict import Run, predict
 from stratopt.problem import evaluate, parse_assignment
 from stratopt.sim import mcmc
@@ -229,15 +230,18 @@ def plan_cmd(args: argparse.Namespace) -> int:
     options = {"machine": args.machine, "memory_gb": args.memory, "time_limit": limit, "simulate": not args.no_simulate}
     options["expressible"], options["recompute"] = args.expressible, args.recompute
     result = plan(args.model, args.nodes, args.gpus_per_node, progress=None if args.json else stderr, **options)
-    if args.export is not None:
-        result.export(args.export)
-    written = result.export_all(args.export_all) if args.export_all is not None else None
-    pipelined = None
-    if args.stages != "1":
+    pipelined, exported = None, None
+    if args.stages != "1" and args.expressible == "torch":  # a pipeline that runs: it is what is exported
+        pipelined, run = runnable_stages(result, recompute=args.recompute, **_staging(args))
+        exported = ExportedPlan.of_pipeline(result, run)
+    elif args.stages != "1":
         graph, machine = result.costing.graph, result.cluster.machine
         pipelined = plan_pipeline(
             graph, args.nodes, args.gpus_per_node, machine, memory_gb=result.memory_gb, beside=result, **_staging(args)
         )
+    if args.export is not None:
+        (exported or ExportedPlan.of(result)).write(args.export)
+    written = result.export_all(args.export_all, exported) if args.export_all is not None else None
     data = {**result.to_dict(), **({"pipeline": pipelined} if pipelined is not None else {})}
     if written is not None:
         data["exported"] = written

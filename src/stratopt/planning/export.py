@@ -13,6 +13,14 @@ checkpointed: each runs its forward again in the backward pass instead of keepin
 (:mod:`~stratopt.planning.recompute`); a module inside one has a ``"recompute"`` pass among its
 collectives. ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
 (no mesh) and 2 (no recomputation) still load.
+
+A pipelined plan (``plan --stages N --expressible torch``; :mod:`~stratopt.planning.torchpipe`) adds
+``"pipeline": {"microbatches", "schedule", "batch", "stages", "boundaries"}``: ``mesh`` is then each
+stage's mesh (the cluster is ``stages x dp x tp``), ``stages`` lists each stage's blocks, modules,
+checkpointed blocks and time per micro-batch, ``boundaries`` the tensor crossing each stage boundary
+(``before``: the next stage's first block; ``elements`` per micro-batch, every data-parallel group's
+together), ``batch`` is ``cut`` where the model's batch is cut into the micro-batches (else each
+micro-batch is a whole batch of the model's), and the modules' collectives count a whole step.
 """
 
 from __future__ import annotations
@@ -53,6 +61,11 @@ class ExportedPlan:
     why: str = ""
     recompute: tuple[str, ...] = ()
     name: str = "plan"
+    pipeline: dict[str, Any] | None = None
+
+    @property
+    def stages(self) -> int:
+        return 1 if self.pipeline is None else len(self.pipeline["stages"])
 
     @classmethod
     def of(cls, result: Any) -> ExportedPlan:
@@ -76,6 +89,17 @@ class ExportedPlan:
             result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why, recompute
         )
 
+    @classmethod
+    def of_pipeline(cls, result: Any, run: Any) -> ExportedPlan:
+        """The pipeline ``run`` (a :class:`~stratopt.planning.torchpipe.RunnablePipeline`) for the model
+        of ``result`` (a :class:`~stratopt.planning.PlanResult`, whose cluster it runs on)."""
+        parts = run.export()
+        simulated = run.summary()["simulated"]
+        return cls(
+            result.model, result.to_dict()["cluster"], run.estimate, simulated, max(run.memory()),
+            parts["operators"], run.mesh, parts["modules"], "", tuple(parts["recompute"]), "plan", parts["pipeline"],
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
@@ -91,6 +115,7 @@ class ExportedPlan:
             "modules": self.modules,
             "recompute": list(self.recompute),
             **({"why": self.why} if self.why else {}),
+            **({"pipeline": self.pipeline} if self.pipeline is not None else {}),
         }
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -176,7 +201,11 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ModelError(f"{path}: {key!r} must be a number or null, got {value!r}")
         figures[key] = None if value is None else float(value)
-    mesh, modules = _check_modules(path, data, cluster["devices"])
+    pipeline = _check_pipeline(path, data.get("pipeline"))
+    stages = 1 if pipeline is None else len(pipeline["stages"])
+    if cluster["devices"] % stages:
+        raise ModelError(f"{path}: {stages} pipeline stages do not split the cluster's {cluster['devices']} devices")
+    mesh, modules = _check_modules(path, data, cluster["devices"] // stages)
     recompute = data.get("recompute", [])
     if not (isinstance(recompute, list) and all(isinstance(x, str) and x for x in recompute)):
         raise ModelError(f"{path}: 'recompute' must be a list of module names, got {recompute!r}")
@@ -189,8 +218,42 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
         why=str(data.get("why", "")),
         recompute=tuple(recompute),
         name=str(data.get("strategy", "plan")),
+        pipeline=pipeline,
         **figures,
     )
+
+
+def _check_pipeline(path: Any, section: Any) -> dict[str, Any] | None:
+    """A plan's ``pipeline`` section, validated (None where the plan has none)."""
+    if section is None:
+        return None
+    where = f"{path}: pipeline"
+    if not isinstance(section, dict):
+        raise ModelError(f"{where}: must be a JSON object")
+    if not _positive_int(section.get("microbatches")):
+        raise ModelError(f"{where}: 'microbatches' must be a positive integer, got {section.get('microbatches')!r}")
+    if section.get("schedule") not in ("1f1b", "gpipe"):
+        raise ModelError(f"{where}: 'schedule' must be 1f1b or gpipe, got {section.get('schedule')!r}")
+    if section.get("batch", "whole") not in ("cut", "whole"):
+        raise ModelError(f"{where}: 'batch' must be cut or whole, got {section.get('batch')!r}")
+    stages, boundaries = section.get("stages"), section.get("boundaries")
+    if not (isinstance(stages, list) and len(stages) >= 2 and all(isinstance(s, dict) for s in stages)):
+        raise ModelError(f"{where}: 'stages' must be a list of at least two stage objects")
+    for k, stage in enumerate(stages):
+        for key in ("blocks", "modules", "recompute"):
+            names = stage.get(key)
+            if not (isinstance(names, list) and all(isinstance(x, str) and x for x in names)):
+                raise ModelError(f"{where}: stage {k}: {key!r} must be a list of module names, got {names!r}")
+        if not stage["blocks"]:
+            raise ModelError(f"{where}: stage {k} has no block")
+    if not (isinstance(boundaries, list) and len(boundaries) == len(stages) - 1):
+        raise ModelError(f"{where}: 'boundaries' must list the {len(stages) - 1} boundaries between the stages")
+    for k, row in enumerate(boundaries):
+        if not isinstance(row, dict) or row.get("before") != stages[k + 1]["blocks"][0]:
+            raise ModelError(f"{where}: boundary {k} must name stage {k + 1}'s first block in 'before'")
+        if not _positive_int(row.get("elements")):
+            raise ModelError(f"{where}: boundary {k}: 'elements' must be a positive integer")
+    return section
 
 
 def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple[int, int] | None, dict[str, Any]]:

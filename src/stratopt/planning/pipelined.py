@@ -19,7 +19,7 @@ from stratopt.planning.simulation import describe, simulate
 from stratopt.planning.stages import PipelinePlan, Stage
 from stratopt.sim.trace import events, write_timeline
 
-__all__ = ["as_one_stage", "parse_stages", "plan_pipeline", "whole_nodes"]
+__all__ = ["as_one_stage", "parse_stages", "plan_pipeline", "runnable_stages", "whole_nodes"]
 
 
 def parse_stages(stages: str | int | None) -> int | None:
@@ -111,6 +111,43 @@ def plan_pipeline(
         single = as_one_stage(beside, found.microbatches if microbatches != "auto" else 1)
         out["without_pipelining"] = None if single is None else single.estimate + constant
     return out
+
+
+def runnable_stages(
+    result: Any,
+    *,
+    stages: str | int | None = "auto",
+    microbatches: int | str = 1,
+    schedule: str = "1f1b",
+    recompute: str = "auto",
+    trace: str | None = None,
+    gantt: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    notes: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """``plan --stages --expressible torch``: the fastest pipeline PyTorch runs
+    (:func:`~stratopt.planning.torchpipe.runnable_pipeline`) for the model and cluster of ``result``
+    (a :class:`~stratopt.planning.PlanResult`), under its memory limit; returns the summary ``plan
+    --json`` prints under ``"pipeline"`` (with ``"without_pipelining"``: ``result``'s plan) and the
+    pipeline itself, whose export (:meth:`~stratopt.planning.export.ExportedPlan.of_pipeline`)
+    ``check-plan`` and ``train`` run."""
+    from stratopt.planning.torchpipe import runnable_pipeline
+
+    say = notes or progress or (lambda _msg: None)
+    where = result.cluster
+    run = runnable_pipeline(
+        result.costing.graph, where.nodes, where.gpus_per_node, where.machine, stages=parse_stages(stages),
+        microbatches=microbatches, schedule=schedule, memory_gb=result.memory_gb, recompute=recompute,
+        time_limit=None, progress=progress,
+    )  # fmt: skip
+    info = run.summary()
+    timeline, _ = simulate(run.graph, run.plan, where.machine, schedule)
+    for line in write_timeline(
+        events(timeline), trace_file=trace, gantt_file=gantt, title=f"{run.graph.name}: {schedule}"
+    ):
+        say(line)
+    info["without_pipelining"] = result.plan.estimate if result.plan.fits else None
+    return info, run
 
 
 def _per_step(machine: Any) -> float:

@@ -81,32 +81,36 @@ class PlanResult:
 
         ExportedPlan.of(self).write(path)
 
-    def export_all(self, folder: str | os.PathLike[str]) -> dict[str, str]:
+    def export_all(self, folder: str | os.PathLike[str], pipelined: ExportedPlan | None = None) -> dict[str, str]:
         """Write the plan (``plan.json``) and every baseline PyTorch runs as priced and that fits
         (``data-parallel.json``, ``fsdp.json``, ``megatron-tp2.json``, ...) into ``folder`` (made if
-        need be), so that each can be run and timed; ``{strategy: the file written, or why not}``."""
+        need be), so that each can be run and timed; ``{strategy: the file written, or why not}``.
+        With ``pipelined`` (a pipeline's export), that is ``plan.json`` and the plan without
+        pipelining ``one-stage.json``."""
         out = Path(folder)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ModelError(f"{folder}: cannot make the folder ({exc.strerror})") from None
         done: dict[str, str] = {}
+        if pipelined is not None:
+            pipelined.write(out / "plan.json")
+            done["plan"] = str(out / "plan.json")
         for strategy in (self.plan, *self.baselines):
+            name = "one-stage" if pipelined is not None and strategy is self.plan else strategy.name
             if strategy.assignment is None:
-                done[strategy.name] = strategy.note or "no strategy"
+                done[name] = strategy.note or "no strategy"
                 continue
             if not strategy.fits:
-                done[strategy.name] = "does not fit in the memory limit"
+                done[name] = "does not fit in the memory limit"
                 continue
-            exported = dataclasses.replace(
-                ExportedPlan.of(dataclasses.replace(self, plan=strategy)), name=strategy.name
-            )
+            exported = dataclasses.replace(ExportedPlan.of(dataclasses.replace(self, plan=strategy)), name=name)
             if exported.mesh is None:
-                done[strategy.name] = f"PyTorch does not run it as priced: {exported.why}"
+                done[name] = f"PyTorch does not run it as priced: {exported.why}"
                 continue
-            path = out / f"{strategy.name}.json"
+            path = out / f"{name}.json"
             exported.write(path)
-            done[strategy.name] = str(path)
+            done[name] = str(path)
         return done
 
     def to_dict(self) -> dict[str, Any]:

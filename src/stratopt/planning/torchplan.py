@@ -173,9 +173,14 @@ def _module(op: Operator) -> str:
     return str(params[0]).rpartition(".")[0]
 
 
-def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> list[ModulePlacement]:
+def module_placements(
+    costing: Any, assignment: tuple[int, ...], dp: int, tp: int, *, microbatches: int = 1
+) -> list[ModulePlacement]:
     """Each weight-holding operator of ``assignment`` as a module placement on a ``dp x tp`` mesh
-    (see the module's docstring), with the collectives the cost model priced for it."""
+    (see the module's docstring), with the collectives the cost model priced for it in a step of
+    ``microbatches`` micro-batches (``costing`` prices one): every collective once per micro-batch
+    but for the weight gradients' reduction over the data-parallel replicas, once a step (gradients
+    accumulate locally, as a pipeline stage accumulates them)."""
     graph, problem = costing.graph, costing.problem
     batches, outputs = batch_axes(graph), _read_whole(costing)
     ops = graph.operators
@@ -248,7 +253,8 @@ def module_placements(costing: Any, assignment: tuple[int, ...], dp: int, tp: in
             p = _placement(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
-            out.append(_recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p)
+            p = _recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p
+            out.append(_per_step(p, microbatches, dp > 1 and not p.fsdp and not op.attrs.get("tied")))
     merged: dict[str, ModulePlacement] = {}
     for p in out:
         merged[p.module] = _merged(merged[p.module], p) if p.module in merged else p
@@ -284,6 +290,21 @@ def _recomputing(placement: ModulePlacement, tied: bool) -> ModulePlacement:
     if placement.fsdp and not tied:  # a tied weight's gathers are its owner's
         again["all_gather"] -= 1
     return dataclasses.replace(placement, collectives={**placement.collectives, "recompute": _nonzero(again)})
+
+
+def _per_step(placement: ModulePlacement, microbatches: int, synced: bool) -> ModulePlacement:
+    """A placement's collectives in a step of ``microbatches`` micro-batches: each pass's once per
+    micro-batch, the weight gradients' reduction once (FSDP's reduce-scatter; without FSDP, the
+    data-parallel all-reduce where ``synced``, one of the backward pass's all-reduces)."""
+    if microbatches == 1:
+        return placement
+    phases = {phase: {k: n * microbatches for k, n in kinds.items()} for phase, kinds in placement.collectives.items()}
+    backward = phases.get("backward", {})
+    if placement.fsdp and backward.get("reduce_scatter"):
+        backward["reduce_scatter"] = 1
+    elif synced:
+        backward["all_reduce"] -= microbatches - 1  # the data-parallel one of them, once
+    return dataclasses.replace(placement, collectives=phases)
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:

@@ -49,6 +49,7 @@ class Parallelized:
     sharded: list[str] = field(default_factory=list)
     synced: list[str] = field(default_factory=list)
     recomputed: list[str] = field(default_factory=list)
+    sync: list[bool] = field(default_factory=lambda: [True])  # [False]: gradients accumulate unreduced
 
     @property
     def dp(self) -> int:
@@ -132,9 +133,10 @@ def _conv1d(base: Any, **layouts: Any) -> Any:
     return Conv1DStyle(**layouts)
 
 
-def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int) -> None:
+def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int, gate: list[bool]) -> None:
     """Average the gradients of one module's ``params`` over the data-parallel ``group`` in one
-    all-reduce, once the last of them is accumulated (a bucket per module, as DDP buckets them)."""
+    all-reduce, once the last of them is accumulated (a bucket per module, as DDP buckets them);
+    while ``gate[0]`` is false (a pipeline's micro-batches before the last), they accumulate unreduced."""
     import torch.distributed as dist
 
     ready: set[int] = set()
@@ -147,6 +149,8 @@ def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int) -> Non
         if len(ready) < len(params):
             return
         ready.clear()
+        if not gate[0]:
+            return
         grads = [local(q.grad) for q in params if q.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads]) if len(grads) > 1 else grads[0].reshape(-1)
         dist.all_reduce(flat, group=group)
@@ -214,6 +218,8 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
 
     exported = plan_of(plan)
     assert exported.mesh is not None
+    if exported.pipeline is not None:
+        raise ModelError("a pipelined plan runs stage by stage: use stratopt.torch.pipeline_stage")
     dp, tp = exported.mesh
     if not dist.is_initialized():
         raise ModelError("parallelize needs an initialised process group (torch.distributed.init_process_group)")
@@ -260,6 +266,6 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         for name, module in modules.items():
             params = [p for p in module.parameters(recurse=False) if p.requires_grad]
             if params and name not in owned:
-                _sync_gradients(torch, params, group, dp)
+                _sync_gradients(torch, params, group, dp, done.sync)
                 done.synced.append(name)
     return done

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import functools
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -12,18 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratopt.errors import ModelError
-from stratopt.instances.entry_points import call_entry_point
 from stratopt.planning.export import PHASES, ExportedPlan, plan_from_dict
 from stratopt.torch.apply import _torch, parallelize, plan_of, tied_groups, validate
+from stratopt.torch.checkpipe import staged_case
 from stratopt.torch.launch import run_ranks
 from stratopt.torch.record import CollectiveRecorder
+from stratopt.torch.runs import build_model, errors_of, full, local_part, loss_of
 
-__all__ = ["TOLERANCE", "CheckReport", "check_plan", "check_plans"]
+__all__ = ["TOLERANCE", "CheckReport", "build_model", "check_plan", "check_plans", "local_part", "loss_of"]
 
 #: Loss and every gradient agree with one process to this relative error (fp32).
 TOLERANCE = 1e-5
-#: A gradient smaller than this share of its expected size is rounding noise (see _errors).
-FLOOR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -45,16 +42,21 @@ class CheckReport:
     unpriced: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     seconds: float = 0.0
     reruns: dict[str, dict[str, int]] = field(default_factory=dict)
+    stages: int = 1
+    transfers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def checks(self) -> dict[str, bool]:
-        return {
+        out = {
             "loss": self.loss_error <= TOLERANCE,
             "gradients": self.gradient_error <= TOLERANCE,
             "parameter bytes": sum(self.param_bytes) == round(self.planned_bytes * self.world),
             "collectives": all(row["match"] for row in self.collectives),
             "recomputation": all(r["planned"] == r["counted"] for r in self.reruns.values()),
         }
+        if self.stages > 1:
+            out["pipeline transfers"] = all(row["match"] for row in self.transfers)
+        return out
 
     @property
     def ok(self) -> bool:
@@ -78,88 +80,29 @@ class CheckReport:
             "collectives": self.collectives,
             "unpriced_modules": self.unpriced,
             "recomputed_forwards": self.reruns,
+            **({"stages": self.stages, "pipeline_transfers": self.transfers} if self.stages > 1 else {}),
             "seconds": self.seconds,
         }
 
 
-def build_model(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
-    """The model and inputs of a ``module:function`` entry point, its weights drawn from ``seed``."""
-    import torch
-
-    torch.manual_seed(seed)
-    made = call_entry_point(entry, device="cpu")
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise ModelError(f"{entry}: expected (model, example_inputs) from the entry point")
-    model, inputs = made
-    inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
-    cast = getattr(torch, dtype)
-    inputs = tuple(t.to(cast) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
-    return model.to(cast).eval(), inputs
-
-
-def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
-    """The mean of the model's first output times a fixed random tensor of the whole batch's shape
-    (this rank's ``part`` of ``parts`` along the batch): a loss every model has, which a final
-    normalisation does not make constant."""
-    import torch
-
-    while not isinstance(out, torch.Tensor):
-        out = out[0] if isinstance(out, list | tuple) else next(iter(out.values()))
-    whole = (out.shape[0] * parts, *out.shape[1:])
-    return (out * _loss_weights(whole, parts, part, out.dtype, out.device)).mean()
-
-
-@functools.lru_cache(maxsize=8)
-def _loss_weights(whole: tuple[int, ...], parts: int, part: int, dtype: Any, device: Any) -> Any:
-    """The loss's fixed random tensor (drawn once per shape: a step does not pay for drawing it)."""
-    import torch
-
-    weights = torch.randn(whole, generator=torch.Generator().manual_seed(1234), dtype=torch.float64)
-    return weights.chunk(parts, dim=0)[part].to(dtype=dtype, device=device)
-
-
-def _relative(a: Any, b: Any, floor: float = 0.0) -> float:
-    """``||a - b|| / max(||b||, floor)`` (Frobenius; 0 for two zero tensors)."""
-    scale = max(float(b.double().norm()), floor)
-    diff = float((a.double() - b.double()).norm())
-    return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
-
-
-def _errors(grads: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
-    """Each gradient's relative error against one process. A gradient that is zero in exact
-    arithmetic (a key projection's bias under softmax, which shifts every score of a query alike) is
-    rounding noise in both runs; it is measured against :data:`FLOOR` times the size a gradient of
-    its size has in this model (the whole gradient's norm, in proportion to its share of the
-    elements), not against its own noise."""
-    total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in reference.values()))
-    elements = sum(g.numel() for g in reference.values()) or 1
+def _reference(entry: str, seed: int, dtype: str) -> dict[str, Any]:
+    """One process's loss and gradients."""
+    model, inputs = build_model(entry, seed, dtype)
+    loss = loss_of(model(*inputs))
+    loss.backward()
     return {
-        n: _relative(grads[n], g, FLOOR * total * math.sqrt(g.numel() / elements)) if n in grads else math.inf
-        for n, g in reference.items()
+        "loss": float(loss.detach()),
+        "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
     }
-
-
-def _full(t: Any) -> Any:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-def local_part(t: Any) -> Any:
-    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, dtype: str) -> dict[str, Any] | None:
     """Run one plan on this rank; rank 0 returns the figures, the others None."""
     import torch.distributed as dist
 
-    reference: dict[str, Any] = {}
-    if rank == 0:
-        model, inputs = build_model(entry, seed, dtype)
-        loss = loss_of(model(*inputs))
-        loss.backward()
-        reference = {
-            "loss": float(loss.detach()),
-            "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
-        }
+    if plan.pipeline is not None:
+        return staged_case(entry, plan, seed, rank, world, dtype, _reference(entry, seed, dtype) if rank == 0 else {})
+    reference = _reference(entry, seed, dtype) if rank == 0 else {}
     model, inputs = build_model(entry, seed, dtype)
     tied = [g for g in tied_groups(dict(model.named_modules()), list(plan.modules)) if len(g) > 1]
     done = parallelize(model, plan, prefetch=False)
@@ -172,12 +115,12 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
     value = loss.detach().clone()
     dist.all_reduce(value, group=done.mesh.get_group("dp"))
     value /= done.dp
-    grads = {n: _full(p.grad).detach() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: full(p.grad).detach() for n, p in model.named_parameters() if p.grad is not None}
     sizes = [0] * world
     dist.all_gather_object(sizes, param_bytes)
     if rank != 0:
         return None
-    errors = _errors(grads, reference["grads"])
+    errors = errors_of(grads, reference["grads"])
     worst = max(errors, key=lambda n: errors[n]) if errors else ""
     return {
         "loss": float(value),
@@ -286,7 +229,7 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
         if name not in plan.modules and any(phases.values())
     }
     numels = found["numels"]
-    planned = 0.0
+    planned = 0.0  # bytes per rank, on average over the stages
     for name, numel in numels.items():
         module, _, pname = name.rpartition(".")
         placed = plan.modules.get(module)
@@ -294,18 +237,56 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
         if placed is not None:
             split = placed["tp"] != "replicate" and not (placed["tp"] == "rowwise" and pname == "bias")
             share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
-        planned += numel * found["element"] * share
+        planned += numel * found["element"] * share / plan.stages
     held = sum(float(e.get("held_elements", 0.0)) for e in plan.modules.values()) * found["element"]
     # every block the plan checkpoints, and every module inside one, runs its forward once more
     runs = found.get("runs", {})
-    reruns = {name: {"planned": 1, "counted": runs.get(name, 0)} for name in plan.recompute}
+    m = int(plan.pipeline["microbatches"]) if plan.pipeline is not None else 1  # a forward per micro-batch
+    reruns = {name: {"planned": m, "counted": runs.get(name, 0)} for name in plan.recompute}
     for name, entry_ in plan.modules.items():
-        reruns[name] = {"planned": int("recompute" in entry_.get("collectives", {})), "counted": runs.get(name, 0)}
+        again = m * int("recompute" in entry_.get("collectives", {}))
+        reruns[name] = {"planned": again, "counted": runs.get(name, 0)}
     loss, ref = found["loss"], found["reference_loss"]
     return CheckReport(
         entry, world, (dp, tp), loss, ref, abs(loss - ref) / max(abs(ref), 1e-30), found["worst"], found["error"],
-        found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0), reruns,
+        found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0), reruns, plan.stages,
+        _transfer_rows(plan, found),
     )  # fmt: skip
+
+
+def _transfer_rows(plan: ExportedPlan, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per stage, the pipeline's sends and receives of activations and their gradients (count by
+    bytes) against the plan's: a micro-batch's tensor across each of its boundaries, each way."""
+    if plan.pipeline is None or plan.mesh is None:
+        return []
+    m = int(plan.pipeline["microbatches"])
+    per = [int(b["elements"]) * found["element"] // plan.mesh[0] for b in plan.pipeline["boundaries"]]
+    rows = []
+    for k, seen in enumerate(found["transfers"]):
+        planned: Counter[str] = Counter()
+        for near in ([per[k]] if k < len(per) else []) + ([per[k - 1]] if k > 0 else []):
+            for kind in ("send", "recv"):
+                planned[f"{kind} {near} B"] += m
+        counted = {key: n for key, n in seen.items() if key in planned}
+        rows.append({"stage": k, "planned": dict(planned), "counted": counted, "match": counted == dict(planned)})
+    return rows
+
+
+def check_shape(entry: str, plan: ExportedPlan, world: int, seed: int = 0) -> None:
+    """A one-line :class:`ModelError` unless ``plan`` runs ``entry`` on ``world`` processes: its
+    devices, its modules and blocks in the model, the batch over its groups and micro-batches."""
+    assert plan.mesh is not None
+    dp, tp = plan.mesh
+    if plan.stages * dp * tp != world:
+        shape = f"{plan.stages} stages of " if plan.stages > 1 else ""
+        raise ModelError(f"{entry}: the plan runs on {shape}{dp} x {tp} devices, not --world {world}")
+    model, inputs = build_model(entry, seed)
+    validate(model, plan)
+    parts = dp * (int(plan.pipeline["microbatches"]) if plan.pipeline is not None else 1)
+    batch = next((t.shape[0] for t in inputs if hasattr(t, "shape") and t.dim()), parts)
+    if batch % parts:
+        what = f"{dp} data-parallel groups" + (f" x {parts // dp} micro-batches" if parts > dp else "")
+        raise ModelError(f"{entry}: the batch of {batch} does not split over the plan's {what}")
 
 
 def check_plans(
@@ -325,16 +306,7 @@ def check_plans(
         raise ModelError(f"--world must be a positive number of processes, got {world}")
     plans = [plan_of(p) for _, p in cases]
     for (entry, _), plan in zip(cases, plans, strict=True):
-        assert plan.mesh is not None
-        if plan.mesh[0] * plan.mesh[1] != world:
-            raise ModelError(f"{entry}: the plan runs on {plan.mesh[0]} x {plan.mesh[1]} devices, not --world {world}")
-        model, inputs = build_model(entry, seed)
-        validate(model, plan)
-        batch = next((t.shape[0] for t in inputs if hasattr(t, "shape") and t.dim()), plan.mesh[0])
-        if batch % plan.mesh[0]:
-            raise ModelError(
-                f"{entry}: the batch of {batch} does not split over the plan's {plan.mesh[0]} data-parallel groups"
-            )
+        check_shape(entry, plan, world, seed)
     if progress is not None:
         progress(f"running {len(cases)} plan(s) on {world} gloo processes")
     if dtype not in ("float32", "float64"):

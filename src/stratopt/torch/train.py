@@ -24,9 +24,11 @@ from typing import Any
 
 from stratopt.errors import ModelError, StratoptError
 from stratopt.planning.export import plan_from_dict
-from stratopt.torch.apply import _torch, parallelize, plan_of, validate
-from stratopt.torch.check import build_model, local_part, loss_of
+from stratopt.torch.apply import _torch, parallelize, plan_of
+from stratopt.torch.check import check_shape
 from stratopt.torch.launch import backend, run_ranks
+from stratopt.torch.pipeline import pipeline_stage
+from stratopt.torch.runs import build_model, local_part, loss_of
 
 __all__ = ["LOSS_TOLERANCE", "TrainReport", "train"]
 
@@ -52,6 +54,7 @@ class TrainReport:
     predicted_step_s: float | None
     one_process_losses: list[float] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    stages: int = 1
 
     @property
     def measured_step_s(self) -> float:
@@ -76,6 +79,7 @@ class TrainReport:
             "model": self.model,
             "world": self.world,
             "mesh": list(self.mesh),
+            "stages": self.stages,
             "backend": self.backend,
             "steps": [
                 {
@@ -127,13 +131,7 @@ def train(
     if dtype not in ("float32", "float64"):
         raise ModelError(f"--dtype must be float32 or float64, got {dtype!r}")
     dp, tp = exported.mesh
-    if dp * tp != world:
-        raise ModelError(f"{model}: the plan runs on {dp} x {tp} devices, not --world {world}")
-    built, inputs = build_model(model, seed, dtype)
-    validate(built, exported)
-    batch = next((t.shape[0] for t in inputs if hasattr(t, "shape") and t.dim()), dp)
-    if batch % dp:
-        raise ModelError(f"{model}: the batch of {batch} does not split over the plan's {dp} data-parallel groups")
+    check_shape(model, exported, world, seed)
     payload = (model, exported.to_dict(), steps, seed, lr, dtype)
     ranks = run_ranks(_steps, world, payload, timeout=timeout, what="train")
     first = ranks[0]
@@ -143,6 +141,7 @@ def train(
     return TrainReport(
         model, world, (dp, tp), backend(world), first["losses"], seconds, first["samples"], first["unit"],
         [float(r["peak"]) for r in ranks], None if estimate is None else estimate / 1e6, reference,
+        stages=exported.stages,
     )  # fmt: skip
 
 
@@ -189,7 +188,9 @@ def _steps(rank: int, world: int, payload: tuple[str, dict[str, Any], int, int, 
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
     if device is not None:
         model = model.to(device)
-    done = parallelize(model, plan_from_dict(data))
+    exported = plan_from_dict(data)
+    staged = pipeline_stage(model, exported) if exported.pipeline is not None else None
+    done = staged.done if staged is not None else parallelize(model, exported)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     part = int(done.mesh.get_coordinate()[0])
     losses, seconds = [], []
@@ -199,15 +200,21 @@ def _steps(rank: int, world: int, payload: tuple[str, dict[str, Any], int, int, 
             local = tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in local)
             torch.cuda.synchronize()
         started = time.perf_counter()
-        loss = loss_of(model(*local), part, done.dp)
-        loss.backward()
+        if staged is None:
+            loss = loss_of(model(*local), part, done.dp)
+            loss.backward()
+            value = local_part(loss.detach()).clone().double()
+        else:
+            rows = torch.arange(next(t for t in local if isinstance(t, torch.Tensor) and t.dim()).shape[0])
+            found = staged.step(local, rows.to(device) if device is not None else rows)
+            speaks = found is not None and int(staged.mesh.get_coordinate()[2]) == 0
+            value = torch.tensor([found if speaks else 0.0], dtype=torch.float64, device=device)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if device is not None:
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
-        value = local_part(loss.detach()).clone().double()
-        dist.all_reduce(value, group=done.mesh.get_group("dp"))
+        dist.all_reduce(value, group=done.mesh.get_group("dp") if staged is None else None)
         losses.append(float(value) / done.dp)
         if rank == 0:
             print(f"train: step {step + 1}/{steps}: loss {losses[-1]:.6g}, {seconds[-1]:.3f} s", file=sys.stderr)
