@@ -18,8 +18,10 @@ pytest.importorskip("transformers")
 
 from stratopt.cli import main
 from stratopt.errors import ModelError
+from stratopt.instances import load_instance
 from stratopt.planning import plan
 from stratopt.planning.export import ExportedPlan
+from stratopt.planning.torchpipe import runnable_pipeline
 from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
@@ -61,7 +63,40 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
             if strategy.name in ("data-parallel", "fsdp"):
                 picked = ExportedPlan.of(dataclasses.replace(moe, plan=strategy))
                 out.append(("stratopt.importers.hf:mixtral", f"moe-{strategy.name}", picked))
+    return out + _pipelines(world)
+
+
+def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
+    """Two pipeline stages: at world 2 Llama as the search decides (micro-batches too) and GPT-2 with
+    every block checkpointed under GPipe; at world 4 the MLP tensor parallel in each stage, Llama
+    under 75% of its free pipeline's memory on data-parallel stages (FSDP), and Mixtral."""
+    d = world // 2
+    picks = [("stratopt.importers.hf:llama", "pipeline", {"microbatches": "auto"})]
+    if world == 2:
+        picks.append(("stratopt.importers.hf:gpt2", "pipeline-recompute", {"recompute": "full", "schedule": "gpipe"}))
+    else:
+        llama = load_instance("stratopt.importers.hf:llama")
+        free = runnable_pipeline(llama, 1, world, stages=2, microbatches=2, mesh=(d, 1), recompute="none")
+        tight = {"mesh": (d, 1), "recompute": "none", "memory_gb": 0.75 * max(free.memory()) / 1e9}
+        picks += [
+            ("stratopt.torch.models:mlp", "pipeline-tp", {"mesh": (1, d)}),
+            ("stratopt.importers.hf:llama", "pipeline-fsdp", tight),
+            ("stratopt.importers.hf:mixtral", "pipeline-moe", {"mesh": (d, 1)}),
+        ]
+    out = []
+    for model, name, options in picks:
+        result = plan(model, 1, world, simulate=False, expressible="torch")
+        options = {"microbatches": 2, **options}
+        run = runnable_pipeline(result.costing.graph, 1, world, stages=2, **options)
+        out.append((model, name, ExportedPlan.of_pipeline(result, run)))
     return out
+
+
+def _misrouted(exported: ExportedPlan) -> ExportedPlan:
+    """A pipeline whose boundary tensor is priced at half its size: what a wrong transfer looks like."""
+    section = copy.deepcopy(exported.pipeline)
+    section["boundaries"][0]["elements"] //= 2
+    return dataclasses.replace(exported, pipeline=section)
 
 
 def _tampered(exported: ExportedPlan) -> ExportedPlan:
@@ -80,7 +115,13 @@ def _tampered(exported: ExportedPlan) -> ExportedPlan:
 def checked(request):
     world = request.param
     cases = _cases(world)
-    extra = [] if world != 2 else [("stratopt.importers.hf:llama", "tampered", _tampered(_megatron(cases)))]
+    extra = []
+    if world == 2:
+        pipelined = next(p for _, name, p in cases if name == "pipeline")
+        extra = [
+            ("stratopt.importers.hf:llama", "tampered", _tampered(_megatron(cases))),
+            ("stratopt.importers.hf:llama", "misrouted", _misrouted(pipelined)),
+        ]
     reports = check_plans([(m, p) for m, _, p in cases] + [(m, p) for m, _, p in extra], world, timeout=600)
     return world, cases, extra, reports
 
@@ -91,7 +132,7 @@ def _megatron(cases: list[tuple[str, str, ExportedPlan]]) -> ExportedPlan:
 
 def test_every_plan_runs_as_priced(checked) -> None:
     world, cases, extra, reports = checked
-    assert len(extra) == (world == 2)
+    assert len(extra) == 2 * (world == 2)
     assert {m for m, _, _ in cases} - {"stratopt.importers.hf:mixtral"} == set(MODELS)
     for (model, name, exported), report in zip(cases, reports, strict=False):
         where = f"{model} {name} at world {world}"
@@ -104,7 +145,18 @@ def test_every_plan_runs_as_priced(checked) -> None:
         assert {row["module"] for row in report.collectives} == set(exported.modules), where
     # the recomputing plans checkpoint every block, and each module inside runs its forward again
     for (_, name, exported), report in zip(cases, reports, strict=False):
-        if name.startswith("recompute"):
+        if name.startswith("pipeline"):
+            assert report.stages == 2 and report.checks["pipeline transfers"], name
+            m = exported.pipeline["microbatches"]
+            assert m >= 2 and all(sum(r["counted"].values()) == 2 * m for r in report.transfers), name
+            if name == "pipeline-recompute":
+                assert exported.recompute == ("h.0", "h.1") and report.checks["recomputation"]
+                assert all(r["counted"] == r["planned"] for r in report.reruns.values())
+            if name == "pipeline-fsdp":
+                assert any(e["fsdp"] for e in exported.modules.values())
+            if name == "pipeline-tp":
+                assert {e["tp"] for e in exported.modules.values()} >= {"colwise", "rowwise"}
+        elif name.startswith("recompute"):
             assert exported.recompute == ("layers.0", "layers.1"), name
             again = [n for n, r in report.reruns.items() if r["planned"]]
             assert len(again) > len(exported.recompute) and report.checks["recomputation"], name
@@ -124,11 +176,14 @@ def test_every_plan_runs_as_priced(checked) -> None:
         assert len(names) >= 2 and "plan" in names, (model, names)
         if not model.endswith("resnet"):
             assert any(n.startswith("megatron") for n in names), (model, names)
-    # the checks can fail: a plan whose prices leave out a collective the run issues is reported
-    for _, _, _ in extra:
-        report = reports[len(cases)]
-        assert not report.ok and not report.checks["collectives"]
-        assert report.checks["loss"] and report.checks["gradients"]
+    # the checks can fail: a plan whose prices leave out a collective the run issues is reported, and
+    # so is a pipeline whose boundary tensor is priced at the wrong size
+    if extra:
+        tampered, misrouted = reports[len(cases) :]
+        assert not tampered.ok and not tampered.checks["collectives"]
+        assert tampered.checks["loss"] and tampered.checks["gradients"]
+        assert not misrouted.ok and not misrouted.checks["pipeline transfers"]
+        assert misrouted.checks["loss"] and misrouted.checks["collectives"]
 
 
 def test_the_mlp_plan_splits_both_ways_and_beats_every_baseline_that_runs() -> None:

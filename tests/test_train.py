@@ -55,3 +55,22 @@ def test_bad_train_input_is_one_line(llama_plan, capsys) -> None:
     assert len(err) == 1 and "not --world 3" in err[0]
     with pytest.raises(ModelError, match="not in"):
         train("stratopt.torch.models:mlp", llama_plan, 2, 1)
+
+
+def test_a_pipelined_plan_trains_as_one_process(tmp_path, capsys) -> None:
+    """plan --stages 2 --microbatches auto --expressible torch exports a pipeline (micro-batches
+    searched, at least one per stage); three AdamW steps of it on two gloo ranks, one stage each,
+    give one process's losses, and the JSON says how many stages ran."""
+    path = tmp_path / "pipeline.json"
+    command = ["plan", MODEL, "--nodes", "1", "--gpus-per-node", "2", "--expressible", "torch", "--no-simulate"]
+    assert main([*command, "--stages", "2", "--microbatches", "auto", "--export", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["pipeline"]["runs"] == "torch" and len(planned["pipeline"]["stages"]) == 2
+    section = json.loads(path.read_text())["pipeline"]
+    assert section["microbatches"] >= 2 and section["microbatches"] == planned["pipeline"]["microbatches"]
+    assert main(["train", MODEL, "--plan", str(path), "--world", "2", "--steps", "3", "--check", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["stages"] == 2
+    assert out["losses"] == pytest.approx(out["one_process_losses"], rel=LOSS_TOLERANCE)
+    assert main(["train", MODEL, "--plan", str(path), "--world", "4"]) == 2
+    assert "2 stages of 1 x 1 devices, not --world 4" in capsys.readouterr().err
