@@ -4,7 +4,8 @@ strategy that runs, and hold each prediction against the measured step.
 1. `stratopt profile` measures this machine (or `--machine FILE` takes a machine file);
 2. each model (Hugging Face configurations written here: two decoders, an MoE, a CNN) is planned on
    it at `--world` devices with `--expressible torch`, and the plan and every baseline that runs are
-   exported (`plan --export-all`); the plan with every block recomputed is exported beside them;
+   exported (`plan --export-all`); the plan with every block recomputed and the best two-stage
+   pipeline PyTorch runs (`--stages 2 --microbatches auto`) are exported beside them;
 3. each strategy runs `--steps` AdamW steps with `stratopt train` on `--world` ranks, in `--rounds`
    rounds (the second in the reverse order); the measured step is the median after the first, of
    the round that measured it fastest (the least disturbed by the machine's drifts).
@@ -66,6 +67,7 @@ def main() -> None:
     from stratopt.machine import write_machine
     from stratopt.planning import plan
     from stratopt.planning.export import ExportedPlan
+    from stratopt.planning.pipelined import runnable_stages
     from stratopt.torch.profile import profile
     from stratopt.torch.train import train
 
@@ -106,6 +108,13 @@ def main() -> None:
                 written["recompute-full"] = str(path)
         except StratoptError as exc:
             written["recompute-full"] = str(exc)
+        try:  # two pipeline stages, the micro-batches searched
+            _, run = runnable_stages(result, stages=2, microbatches="auto")
+            path = folder / name / "plans" / "pipeline-2.json"
+            ExportedPlan.of_pipeline(result, run).write(path)
+            written["pipeline-2"] = str(path)
+        except StratoptError as exc:
+            written["pipeline-2"] = str(exc)
         print(f"{name}: planned in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         measured = {}
         runnable = [s for s, path in written.items() if path.endswith(".json")]
@@ -125,7 +134,7 @@ def main() -> None:
             predicted, took = report.predicted_step_s, report.measured_step_s
             measured[strategy] = (predicted, took)
             ratio = predicted / took if predicted else float("nan")
-            mesh = " x ".join(map(str, report.mesh))
+            mesh = " x ".join(map(str, ((report.stages,) if report.stages > 1 else ()) + tuple(report.mesh)))
             print(f"| {name} | {strategy} | {mesh} | {predicted:.3f} | {took:.3f} | {ratio:.2f} |", flush=True)
             rows.append({"model": name, "strategy": strategy, "mesh": list(report.mesh), "predicted_s": predicted,
                          "measured_s": took, "seconds": report.seconds})  # fmt: skip

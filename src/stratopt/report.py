@@ -441,8 +441,9 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
     m = info["microbatches"]
     single = info["without_pipelining"]
     if info.get("tried"):
+        none = "none runs or fits" if info.get("runs") == "torch" else "does not fit"
         words = ", ".join(
-            f"{t['microbatches']}: {'does not fit' if t['estimate'] is None else format(t['estimate'], ',.1f') + ' us'}"
+            f"{t['microbatches']}: {none if t['estimate'] is None else format(t['estimate'], ',.1f') + ' us'}"
             for t in info["tried"]
         )
         print(f"micro-batches tried (the model's batch cut into M): {words}")

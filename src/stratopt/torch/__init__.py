@@ -3,6 +3,8 @@
 - :func:`parallelize` lays the model's modules out on a ``dp x tp`` :class:`DeviceMesh` as the plan
   says (DTensor's ``parallelize_module`` for tensor parallelism, ``fully_shard`` for sharded weight
   state, a gradient all-reduce per module for replicated weights);
+- :func:`pipeline_stage` makes this rank's stage of a pipelined plan from the model and runs it with
+  ``torch.distributed.pipelining`` (:mod:`stratopt.torch.pipeline`);
 - :func:`check_plan` runs the model once on one process and once on N gloo processes with the plan
   applied, and compares loss, gradients, parameter bytes per rank and the collectives per module
   with what the plan priced (``stratopt check-plan``);
@@ -18,5 +20,6 @@ expressible="torch")`` searches among those only. Needs the ``torch`` extra.
 
 from stratopt.torch.apply import Parallelized, parallelize
 from stratopt.torch.check import CheckReport, check_plan
+from stratopt.torch.pipeline import Staged, pipeline_stage
 
-__all__ = ["CheckReport", "Parallelized", "check_plan", "parallelize"]
+__all__ = ["CheckReport", "Parallelized", "Staged", "check_plan", "parallelize", "pipeline_stage"]
