@@ -67,13 +67,14 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
 
 
 def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
-    """Two pipeline stages: at world 2 Llama as the search decides (micro-batches too) and GPT-2 with
-    every block checkpointed under GPipe; at world 4 the MLP tensor parallel in each stage, Llama
-    under 75% of its free pipeline's memory on data-parallel stages (FSDP), and Mixtral."""
+    """Two pipeline stages: at world 2 Llama as the search decides (micro-batches too), GPT-2 with
+    every block checkpointed under GPipe and Mixtral; at world 4 the MLP tensor parallel in each
+    stage and Llama under 75% of its free pipeline's memory on data-parallel stages (FSDP)."""
     d = world // 2
     picks = [("stratopt.importers.hf:llama", "pipeline", {"microbatches": "auto"})]
     if world == 2:
         picks.append(("stratopt.importers.hf:gpt2", "pipeline-recompute", {"recompute": "full", "schedule": "gpipe"}))
+        picks.append(("stratopt.importers.hf:mixtral", "pipeline-moe", {}))
     else:
         llama = load_instance("stratopt.importers.hf:llama")
         free = runnable_pipeline(llama, 1, world, stages=2, microbatches=2, mesh=(d, 1), recompute="none")
@@ -81,7 +82,6 @@ def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
         picks += [
             ("stratopt.torch.models:mlp", "pipeline-tp", {"mesh": (1, d)}),
             ("stratopt.importers.hf:llama", "pipeline-fsdp", tight),
-            ("stratopt.importers.hf:mixtral", "pipeline-moe", {"mesh": (d, 1)}),
         ]
     out = []
     for model, name, options in picks:

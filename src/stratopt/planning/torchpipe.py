@@ -284,7 +284,7 @@ def runnable_pipeline(
     ``memory_gb`` per device (default: the machine's), each stage on ``mesh`` (``(dp, tp)``; default:
     the best). A one-line :class:`ModelError` when no pipeline runs or fits.
 
-    >>> p = runnable_pipeline(__import__("stratopt").load_instance("stratopt.torch.models:mlp"), 1, 2, stages=2)
+    >>> p = runnable_pipeline(__import__("stratopt").load_instance("stratopt.torch.models:mlp"), 1, 2, stages=2, microbatches=2)
     >>> [len(b) for b in p.blocks], p.mesh
     ([1, 1], (1, 1))
     """

@@ -243,6 +243,57 @@ class StrategyProblem:
         self._labels = self._check_labels(labels)
         self._frozen = True
 
+    @classmethod
+    def from_flat(
+        cls,
+        num_choices: np.ndarray,
+        node_flat: np.ndarray,
+        edges: np.ndarray,
+        edge_flat: np.ndarray,
+        *,
+        intervals: np.ndarray | None = None,
+        usage_flat: np.ndarray | None = None,
+        usage_limit: Number | None = None,
+        name: str = "problem",
+    ) -> StrategyProblem:
+        """A problem from its flat storage (as :attr:`node_flat`, :attr:`edges` and :attr:`edge_flat`
+        hold it), checked as a whole rather than item by item: for problems derived from others (a
+        renumbering, :func:`stratopt.problem.canonical.canonical`), where building one list per edge
+        would cost more than the derivation."""
+        k = np.asarray(num_choices, dtype=np.int64)
+        pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        n = len(k)
+        if n == 0 or (k < 1).any():
+            raise ModelError("every vertex needs at least one choice")
+        if pairs.size and ((pairs < 0).any() or (pairs >= n).any() or (pairs[:, 0] == pairs[:, 1]).any()):
+            raise ModelError("an edge names a vertex that does not exist, or joins a vertex to itself")
+        node_off, edge_off = (
+            _offsets(k),
+            _offsets(k[pairs[:, 0]] * k[pairs[:, 1]]) if pairs.size else np.zeros(1, np.int64),
+        )
+        if len(node_flat) != node_off[-1] or len(edge_flat) != edge_off[-1]:
+            raise ModelError("the flat costs do not match the vertices' choices and the edges' shapes")
+        self = object.__new__(cls)
+        for attr, value in (
+            ("_k", _readonly(k)), ("_names", None), ("name", str(name)), ("_node_off", _readonly(node_off)),
+            ("_node_flat", _readonly(np.asarray(node_flat))), ("_edges", _readonly(pairs)),
+            ("_edge_off", _readonly(edge_off)), ("_edge_flat", _readonly(np.asarray(edge_flat))), ("_labels", None),
+        ):  # fmt: skip
+            object.__setattr__(self, attr, value)
+        object.__setattr__(self, "_intervals", None)
+        object.__setattr__(self, "_usage_flat", None)
+        object.__setattr__(self, "_usage_limit", None)
+        if intervals is not None:
+            iv = np.asarray(intervals, dtype=np.int64).reshape(n, 2)
+            use = np.asarray(usage_flat)
+            if (iv[:, 0] > iv[:, 1]).any() or len(use) != node_off[-1] or (use < 0).any():
+                raise ModelError("the intervals or usages do not fit the vertices")
+            object.__setattr__(self, "_intervals", _readonly(iv))
+            object.__setattr__(self, "_usage_flat", _readonly(use))
+            object.__setattr__(self, "_usage_limit", usage_limit)
+        object.__setattr__(self, "_frozen", True)
+        return self
+
     # -- construction helpers ------------------------------------------------------------------
 
     def __setattr__(self, attr: str, value: Any) -> None:

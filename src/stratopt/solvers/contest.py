@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.problem import FORBIDDEN, evaluate, read_iopddl
+from stratopt.problem.canonical import canonical
 from stratopt.solvers.base import Status
 from stratopt.solvers.dispatch import solve_auto
 
@@ -28,12 +29,19 @@ def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share
     ``bound_share``: lagrange's share of the time for its linear relaxation (None: its default).
     """
     start = time.perf_counter()
-    problem = read_iopddl(path)
+    original = read_iopddl(path)
+    # The search runs on the canonical form (stratopt.problem.canonical): how the file numbers the
+    # vertices and choices, and the units of its costs, usages and times, do not change the answer.
+    form = canonical(original)
+    problem = form.problem
     loaded = time.perf_counter() - start
     # Leave room to print the answer: 5% of the budget and at least half a second.
     budget = timeout - loaded - max(0.5, 0.05 * timeout)
-    say(f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s; {budget:.1f} s left")
-    best: list[tuple[int, ...]] = []  # feasible assignments as the search finds them
+    say(
+        f"read {problem.num_vertices} vertices, {problem.num_edges} edges in {loaded:.1f} s (canonical form: "
+        f"costs in units of {form.cost_scale}, usages of {form.usage_scale}); {budget:.1f} s left"
+    )
+    best: list[tuple[int, ...]] = []  # feasible assignments of the original problem as the search finds them
 
     def line() -> str:
         return "[" + ", ".join(map(str, best[-1])) + "]" if best else "[]"
@@ -44,8 +52,8 @@ def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share
         os._exit(0 if best else 1)
 
     def keep(assignment: tuple[int, ...]) -> None:
-        best.append(assignment)
-        cost = evaluate(problem, assignment).objective
+        best.append(form.restore(assignment))
+        cost = evaluate(original, best[-1]).objective
         say(f"incumbent at {time.perf_counter() - start:.1f} s: cost {cost}")
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -61,13 +69,16 @@ def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share
     if result is not None:
         took = time.perf_counter() - start
         gap = "" if result.gap is None else f", gap {100 * result.gap:.2f}%"
+        scale = form.cost_scale
+        cost = None if result.objective is None else result.objective * scale
+        bound = None if result.bound is None else result.bound * scale
         say(
-            f"{result.solver}: {result.status.value}, cost {result.objective}, bound {result.bound}{gap}, {took:.1f} s"
-            f"{_beside(result.stats)}{'' if result.bound is None else f'; bound from {result.bound_method}'}"
-            f"{_relaxation(result.stats)}"
+            f"{result.solver}: {result.status.value}, cost {cost}, bound {bound}{gap}, {took:.1f} s"
+            f"{_beside(result.stats, scale)}{'' if result.bound is None else f'; bound from {result.bound_method}'}"
+            f"{_relaxation(result.stats, scale)}"
         )
         if result.assignment is not None and result.status in (Status.OPTIMAL, Status.FEASIBLE):
-            best.append(result.assignment)
+            best.append(form.restore(result.assignment))
     print(line(), flush=True)
     return bool(best)
 
@@ -117,23 +128,26 @@ def least_usage(problem: Any) -> tuple[int, ...] | None:
     return tuple(picks) if evaluate(problem, picks).feasible else None
 
 
-def _relaxation(stats: dict[str, Any]) -> str:
-    """What lagrange's linear relaxation gave (its own run's or the run beside), for the closing line."""
+def _relaxation(stats: dict[str, Any], scale: int = 1) -> str:
+    """What lagrange's linear relaxation gave (its own run's or the run beside), for the closing line
+    (in the file's units: the canonical form's times ``scale``)."""
     lp = stats.get("lp") or (stats.get("beside") or {}).get("lp")
     if not lp:
         return ""
     if "skipped" in lp:
         return f"; relaxation skipped: {lp['skipped']}"
-    got = "no bound" if lp.get("bound") is None else f"bound {lp['bound']:.10g}"
+    got = "no bound" if lp.get("bound") is None else f"bound {lp['bound'] * scale:.10g}"
     return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns)"
 
 
-def _beside(stats: dict[str, Any]) -> str:
-    """What the run beside the main one gave, for the closing line."""
+def _beside(stats: dict[str, Any], scale: int = 1) -> str:
+    """What the run beside the main one gave, for the closing line (in the file's units)."""
     beside = stats.get("beside")
     if beside and "error" in beside:
         return f"; beside it {beside['solver']}: nothing ({beside['error']})"
     if beside:
         taken = ", its answer taken" if stats.get("answer_from") else ""
-        return f"; beside it {beside['solver']}: cost {beside['objective']}, bound {beside['bound']}{taken}"
+        cost = None if beside["objective"] is None else beside["objective"] * scale
+        bound = None if beside["bound"] is None else beside["bound"] * scale
+        return f"; beside it {beside['solver']}: cost {cost}, bound {bound}{taken}"
     return ""
