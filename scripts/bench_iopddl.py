@@ -125,8 +125,8 @@ def main() -> None:
         else:
             cost, ratio, ok = "[]", "-", "no answer: " + " ".join(tail.split())[-120:]
         solver, status, bound = summary(tail)
-        if factor != 1 and bound not in ("-", "?"):
-            bound = f"{float(bound) / factor:.10g}"
+        if factor != 1 and bound not in ("-", "?"):  # the copy's units back to the published file's
+            bound = f"{float(bound) / factor:.0f}"
         method = tail.partition("; bound from ")[2].split(":")[0] or "-"
         share = (cost - float(bound)) / cost if answer and bound not in ("-", "?") else None
         gap = "-" if share is None else f"{share:.1%}"
@@ -135,7 +135,7 @@ def main() -> None:
         within = next((f"{t:.1f}" for t, c in incumbents if final is not None and c <= 1.01 * final), f"{seconds:.1f}")
         print(
             f"| {name} | {limit * args.scale:g} | {cost} | {best} | {ratio} | {bound} | {gap} | {status} | {solver} "
-            f"| {seconds:.1f} | {within} | {peak:.0f} | {ok} | {method} | {why(tail, share, cost)} |",
+            f"| {seconds:.1f} | {within} | {peak:.0f} | {ok} | {method} | {why(tail, share, cost * factor if answer else cost)} |",
             flush=True,
         )
     if ratios:

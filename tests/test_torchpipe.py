@@ -191,3 +191,19 @@ def test_a_weight_shared_across_stages_is_refused(exported: ExportedPlan) -> Non
     model.norm.weight = model.layers[0].input_layernorm.weight
     with pytest.raises(ModelError, match="share a weight across stages"):
         cut_model(model, dataclasses.replace(exported), 1)
+
+
+def test_recomputed_outputs_are_not_held_in_flight() -> None:
+    """A micro-batch in flight holds the outputs an operator keeps, not those it recomputes."""
+    from stratopt.planning.cluster import price
+    from stratopt.planning.torchpipe import _usage
+
+    graph = load_instance("stratopt.importers.hf:llama")
+    costing = price(
+        graph, 2, __import__("stratopt.machine", fromlist=["get_machine"]).get_machine("h100"), recompute=True
+    )
+    one, three = _usage(costing, 1), _usage(costing, 3)
+    again = [(v, c) for v in range(len(graph)) for c in range(len(one[v])) if costing.is_recomputed(v, c)]
+    kept = [(v, c) for v in range(len(graph)) for c in range(len(one[v])) if not costing.is_recomputed(v, c)]
+    assert again and all(three[v][c] == one[v][c] for v, c in again)
+    assert any(three[v][c] > one[v][c] for v, c in kept)

@@ -19,13 +19,16 @@ from stratopt.sim.taskgraph import KINDS, StrategyTasks, TaskGraph
 
 def _stage_memory(costing: Any, assignment: tuple[int, ...]) -> tuple[float, float]:
     """(bytes per device of a stage's strategy: weights, gradients, optimizer state and one
-    micro-batch's kept activations; the activations alone)."""
+    micro-batch's kept activations; the kept activations alone, those of every operator that does not
+    recompute its outputs)."""
 
     dtype = costing.profile.dtype_bytes
     total = activations = 0.0
     for v, op in enumerate(costing.graph.operators):
         c = assignment[v]
         total += float(costing.vertex_costs[v].memory[c])
+        if costing.is_recomputed(v, c):  # recomputed in the backward pass: not held between the passes
+            continue
         row = costing.configs[v][c : c + 1]
         activations += sum(float(u.size / np.prod(layout(op, u, row))) * dtype for u in op.outputs)
     return total, activations

@@ -483,5 +483,7 @@ def _usage(costing: Any, f: int) -> list[np.ndarray]:
         acts = sum(
             (u.size / np.prod(layout(op, u, costing.configs[v]), axis=1) * dtype for u in op.outputs), np.zeros(1)
         )
+        if costing.recomputed:  # a recomputed output is not held between the passes: nothing in flight
+            acts = np.where(np.asarray(costing.recomputed[v], dtype=bool), 0.0, acts)
         out.append(np.asarray(costing.vertex_costs[v].memory, dtype=np.float64) + (f - 1) * acts)
     return out

@@ -94,6 +94,10 @@ class StageCosts:
                 )
                 for v, op in enumerate(self.graph.operators)
             ]
+            if costing.recomputed:  # a recomputed output is not held between the passes: nothing in flight
+                acts = [
+                    np.where(np.asarray(r, dtype=bool), 0.0, a) for r, a in zip(costing.recomputed, acts, strict=True)
+                ]
             found = self._prices[g] = (nodes, float_costs(costing.problem.edge_flat), acts)
         return found
 
