@@ -17,6 +17,7 @@ from stratopt.planning.microbatch import search_microbatches
 from stratopt.planning.pipeline import search
 from stratopt.planning.simulation import describe, simulate
 from stratopt.planning.stages import PipelinePlan, Stage
+from stratopt.planning.torchpipe import runnable_pipeline
 from stratopt.sim.trace import events, write_timeline
 
 __all__ = ["as_one_stage", "parse_stages", "plan_pipeline", "runnable_stages", "whole_nodes"]
@@ -131,8 +132,6 @@ def runnable_stages(
     --json`` prints under ``"pipeline"`` (with ``"without_pipelining"``: ``result``'s plan) and the
     pipeline itself, whose export (:meth:`~stratopt.planning.export.ExportedPlan.of_pipeline`)
     ``check-plan`` and ``train`` run."""
-    from stratopt.planning.torchpipe import runnable_pipeline
-
     say = notes or progress or (lambda _msg: None)
     where = result.cluster
     run = runnable_pipeline(

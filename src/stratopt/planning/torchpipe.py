@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost.common import layout
 from stratopt.cost.default import DefaultProfile
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.planning.batch import batch_size
-from stratopt.planning.cluster import Cluster, cluster
+from stratopt.planning.cluster import Cluster, cluster, price
 from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
 from stratopt.planning.recompute import allowed, blocks, checkpointed
@@ -232,8 +233,6 @@ class _Restricted(StageCosts):
     def costing(self, g: int) -> Any:
         found = self._costings.get(g)
         if found is None:
-            from stratopt.planning.cluster import price
-
             found = self._costings[g] = price(self.graph, g, self.machine, recompute=self.again)
         return found
 
@@ -475,8 +474,6 @@ def _fit(
 
 def _usage(costing: Any, f: int) -> list[np.ndarray]:
     """Bytes per device of each operator's choices with ``f`` micro-batches' activations held."""
-    from stratopt.cost.common import layout
-
     dtype = costing.profile.dtype_bytes
     out = []
     for v, op in enumerate(costing.graph.operators):

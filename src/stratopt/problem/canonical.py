@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.problem.core import FORBIDDEN, StrategyProblem
+from stratopt.problem.iopddl import read_iopddl, write_iopddl
 
 __all__ = ["Canonical", "canonical", "equivalent_copy", "write_copy"]
 
@@ -293,8 +294,6 @@ def write_copy(source: Any, target: Any, seed: int) -> dict[str, Any]:
     returns ``{"seed", "factor", "order", "choices"}``: the copy's optimum is the original's times
     ``factor``, and an answer ``a`` of the copy is ``b`` of the original with
     ``b[order[i]] = choices[i][a[i]]``."""
-    from stratopt.problem.iopddl import read_iopddl, write_iopddl
-
     copy, factor, back = equivalent_copy(read_iopddl(source), seed)
     write_iopddl(copy, target)
     return {"seed": seed, "factor": factor, "order": back.order.tolist(), "choices": [c.tolist() for c in back.choices]}
