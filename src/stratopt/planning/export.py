@@ -42,7 +42,7 @@ FORMAT, VERSION = "stratopt-plan", 3
 PHASES = ("forward", "backward", "recompute")
 STYLES = ("replicate", "colwise", "rowwise", "vocab")
 
-__all__ = ["ExportedPlan", "load_plan", "plan_from_dict"]
+__all__ = ["ExportedPlan", "load_plan", "operator_splits", "plan_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -73,14 +73,7 @@ class ExportedPlan:
         costing, plan = result.costing, result.plan
         if plan.assignment is None:
             raise ModelError("no plan to export: nothing fits in the memory limit")
-        ops = {}
-        for v, op in enumerate(costing.graph.operators):
-            config = costing.configs[v][plan.assignment[v]].tolist()
-            ops[op.name] = {
-                "op": op.op,
-                "mesh": [[axis, int(c)] for axis, c in zip(op.axes, config, strict=True) if c > 1],
-                "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
-            }
+        ops = operator_splits(costing, plan.assignment)
         cluster = result.to_dict()["cluster"]
         mesh, modules, why = _modules(costing, plan.assignment, result.cluster.gpus_per_node)
         found = checkpointed(costing, plan.assignment)
@@ -124,6 +117,20 @@ class ExportedPlan:
                 json.dump(self.to_dict(), fh, indent=1)
         except OSError as exc:
             raise ModelError(f"{path}: cannot write the plan ({exc.strerror})") from None
+
+
+def operator_splits(costing: Any, assignment: Any) -> dict[str, dict[str, Any]]:
+    """Each operator of ``assignment`` as the export states it: ``{"op", "mesh": [[axis, ways], ...],
+    "axes": {axis: size}}``, keyed by its name."""
+    out = {}
+    for v, op in enumerate(costing.graph.operators):
+        config = costing.configs[v][assignment[v]].tolist()
+        out[op.name] = {
+            "op": op.op,
+            "mesh": [[axis, int(c)] for axis, c in zip(op.axes, config, strict=True) if c > 1],
+            "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
+        }
+    return out
 
 
 def _modules(

@@ -39,6 +39,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.planning.batch import batch_size
 from stratopt.planning.cluster import Cluster, cluster, price
+from stratopt.planning.export import operator_splits
 from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
 from stratopt.planning.recompute import allowed, blocks, checkpointed
@@ -132,13 +133,7 @@ class RunnablePipeline:
         recompute: list[str] = []
         stages = []
         for k, (s, costing) in enumerate(zip(self.plan.stages, self.costings(), strict=True)):
-            for v, op in enumerate(costing.graph.operators):
-                config = costing.configs[v][s.assignment[v]].tolist()
-                operators[op.name] = {
-                    "op": op.op,
-                    "mesh": [[axis, int(c)] for axis, c in zip(op.axes, config, strict=True) if c > 1],
-                    "axes": {axis: int(size) for axis, size in zip(op.axes, op.sizes, strict=True)},
-                }
+            operators.update(operator_splits(costing, s.assignment))
             again = checkpointed(costing, s.assignment)
             if isinstance(again, str):
                 raise ModelError(f"stage {k}: {again}")
