@@ -68,13 +68,15 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
 
 def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
     """Two pipeline stages: at world 2 Llama as the search decides (micro-batches too), GPT-2 with
-    every block checkpointed under GPipe and Mixtral; at world 4 the MLP tensor parallel in each
+    every block checkpointed under GPipe and Mixtral, and Llama on one stage of 2 x 1 accumulating the
+    gradients of two micro-batches; at world 4 the MLP tensor parallel in each
     stage and Llama under 75% of its free pipeline's memory on data-parallel stages (FSDP)."""
     d = world // 2
     picks = [("stratopt.importers.hf:llama", "pipeline", {"microbatches": "auto"})]
     if world == 2:
         picks.append(("stratopt.importers.hf:gpt2", "pipeline-recompute", {"recompute": "full", "schedule": "gpipe"}))
         picks.append(("stratopt.importers.hf:mixtral", "pipeline-moe", {}))
+        picks.append(("stratopt.importers.hf:llama", "accumulate", {"stages": 1, "mesh": (2, 1)}))
     else:
         llama = load_instance("stratopt.importers.hf:llama")
         free = runnable_pipeline(llama, 1, world, stages=2, microbatches=2, mesh=(d, 1), recompute="none")
@@ -86,8 +88,8 @@ def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
     out = []
     for model, name, options in picks:
         result = plan(model, 1, world, simulate=False, expressible="torch")
-        options = {"microbatches": 2, **options}
-        run = runnable_pipeline(result.costing.graph, 1, world, stages=2, **options)
+        options = {"microbatches": 2, "stages": 2, **options}
+        run = runnable_pipeline(result.costing.graph, 1, world, **options)
         out.append((model, name, ExportedPlan.of_pipeline(result, run)))
     return out
 
@@ -145,7 +147,11 @@ def test_every_plan_runs_as_priced(checked) -> None:
         assert {row["module"] for row in report.collectives} == set(exported.modules), where
     # the recomputing plans checkpoint every block, and each module inside runs its forward again
     for (_, name, exported), report in zip(cases, reports, strict=False):
-        if name.startswith("pipeline"):
+        if name == "accumulate":  # one stage, two micro-batches: the gradients reduced once a step
+            assert report.stages == 1 and exported.pipeline["microbatches"] == 2
+            assert all(e["collectives"]["backward"] == {"all_reduce": 1} for e in exported.modules.values())
+            assert all(row["match"] for row in report.collectives)
+        elif name.startswith("pipeline"):
             assert report.stages == 2 and report.checks["pipeline transfers"], name
             m = exported.pipeline["microbatches"]
             assert m >= 2 and all(sum(r["counted"].values()) == 2 * m for r in report.transfers), name

@@ -74,3 +74,7 @@ def test_a_pipelined_plan_trains_as_one_process(tmp_path, capsys) -> None:
     assert out["losses"] == pytest.approx(out["one_process_losses"], rel=LOSS_TOLERANCE)
     assert main(["train", MODEL, "--plan", str(path), "--world", "4"]) == 2
     assert "2 stages of 1 x 1 devices, not --world 4" in capsys.readouterr().err
+    # --microbatches without --stages: gradient accumulation, one stage over both devices
+    assert main([*command, "--microbatches", "2", "--export", str(path), "--json"]) == 0
+    section = json.loads(path.read_text())["pipeline"]
+    assert len(section["stages"]) == 1 and section["microbatches"] == 2 and section["boundaries"] == []

@@ -226,12 +226,14 @@ def plan_cmd(args: argparse.Namespace) -> int:
     parse_stages(args.stages)  # a bad --stages is refused before the long part
     if args.microbatches == "auto" and args.stages == "1":
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
+    # with --expressible torch, --stages 1 --microbatches M is gradient accumulation, run as a stage of one
+    staged = args.stages != "1" or (args.expressible == "torch" and args.microbatches != 1)
     limit = 120.0 if args.time_limit is None else args.time_limit
     options = {"machine": args.machine, "memory_gb": args.memory, "time_limit": limit, "simulate": not args.no_simulate}
     options["expressible"], options["recompute"] = args.expressible, args.recompute
     result = plan(args.model, args.nodes, args.gpus_per_node, progress=None if args.json else stderr, **options)
     pipelined, exported = None, None
-    if args.stages != "1" and args.expressible == "torch":  # a pipeline that runs: it is what is exported
+    if staged and args.expressible == "torch":  # a pipeline that runs: it is what is exported
         pipelined, run = runnable_stages(result, recompute=args.recompute, **_staging(args))
         exported = ExportedPlan.of_pipeline(result, run)
     elif args.stages != "1":

@@ -14,7 +14,8 @@ checkpointed: each runs its forward again in the backward pass instead of keepin
 collectives. ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
 (no mesh) and 2 (no recomputation) still load.
 
-A pipelined plan (``plan --stages N --expressible torch``; :mod:`~stratopt.planning.torchpipe`) adds
+A pipelined plan (``plan --stages N --expressible torch``, or ``--microbatches M`` alone: gradient
+accumulation, a pipeline of one stage; :mod:`~stratopt.planning.torchpipe`) adds
 ``"pipeline": {"microbatches", "schedule", "batch", "stages", "boundaries"}``: ``mesh`` is then each
 stage's mesh (the cluster is ``stages x dp x tp``), ``stages`` lists each stage's blocks, modules,
 checkpointed blocks and time per micro-batch, ``boundaries`` the tensor crossing each stage boundary
@@ -244,8 +245,8 @@ def _check_pipeline(path: Any, section: Any) -> dict[str, Any] | None:
     if section.get("batch", "whole") not in ("cut", "whole"):
         raise ModelError(f"{where}: 'batch' must be cut or whole, got {section.get('batch')!r}")
     stages, boundaries = section.get("stages"), section.get("boundaries")
-    if not (isinstance(stages, list) and len(stages) >= 2 and all(isinstance(s, dict) for s in stages)):
-        raise ModelError(f"{where}: 'stages' must be a list of at least two stage objects")
+    if not (isinstance(stages, list) and stages and all(isinstance(s, dict) for s in stages)):
+        raise ModelError(f"{where}: 'stages' must be a list of stage objects (one: gradient accumulation)")
     for k, stage in enumerate(stages):
         for key in ("blocks", "modules", "recompute"):
             names = stage.get(key)

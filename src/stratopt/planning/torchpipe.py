@@ -273,7 +273,7 @@ def runnable_pipeline(
 ) -> RunnablePipeline:
     """The fastest pipeline PyTorch runs for ``graph`` on ``nodes`` x ``gpus_per_node`` devices (see
     the module's docstring): ``stages`` stages (None: every count of at least two the devices and
-    blocks allow), the model's batch cut into ``microbatches`` micro-batches (``auto``: the best of
+    blocks allow; 1: gradient accumulation over the micro-batches), the model's batch cut into ``microbatches`` micro-batches (``auto``: the best of
     the powers of two that divide it; a step is the model's batch either way), under
     ``memory_gb`` per device (default: the machine's), each stage on ``mesh`` (``(dp, tp)``; default:
     the best). A one-line :class:`ModelError` when no pipeline runs or fits.

@@ -255,15 +255,13 @@ class Staged:
         what the model computes without weights); ``rows``: their rows' places in the whole batch,
         which the loss reads its weights at. Returns the loss of this part on the last stage (the
         mean over its micro-batches), None elsewhere."""
-        named = {f"input{i}": t for i, t in enumerate(inputs)}
-        if self.first:
-            self.schedule.step(*inputs)
-            return None
+        args = inputs if self.first else ()  # the first stage reads the inputs, the others take them as shapes
+        named = {} if self.first else {f"input{i}": t for i, t in enumerate(inputs)}
         if self.last:
             losses: list[Any] = []
-            self.schedule.step(target=rows, losses=losses, **named)
+            self.schedule.step(*args, target=rows, losses=losses, **named)
             return float(sum(float(x.detach()) for x in losses))
-        self.schedule.step(**named)
+        self.schedule.step(*args, **named)
         return None
 
 
