@@ -208,3 +208,18 @@ def test_recomputed_outputs_are_not_held_in_flight() -> None:
     kept = [(v, c) for v in range(len(graph)) for c in range(len(one[v])) if not costing.is_recomputed(v, c)]
     assert again and all(three[v][c] == one[v][c] for v, c in again)
     assert any(three[v][c] > one[v][c] for v, c in kept)
+
+
+def test_stages_auto_keeps_the_plan_where_no_pipeline_is_faster(tmp_path, capsys) -> None:
+    """The tiny Llama on 1 x 2: every two-stage pipeline is slower than the plan, so --stages auto
+    exports the plan itself (no pipeline section) and says so."""
+    from stratopt.cli import main
+
+    path = tmp_path / "plan.json"
+    command = ["plan", "stratopt.importers.hf:llama", "--nodes", "1", "--gpus-per-node", "2", "--no-simulate"]
+    flags = ["--expressible", "torch", "--stages", "auto", "--microbatches", "auto", "--export", str(path), "--json"]
+    assert main([*command, *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pipeline"]["chosen"] == "one stage"
+    assert out["pipeline"]["without_pipelining"] <= out["pipeline"]["estimate"]
+    assert "pipeline" not in json.loads(path.read_text())

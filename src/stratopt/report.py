@@ -455,6 +455,8 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
             how = "the plan, priced as stages are" if info.get("tried") else f"{m} x the plan, gradients synced once"
         line += f"; without pipelining {single:,.1f} us ({how}): {single / info['estimate']:.2f}x by the model"
     print(line)
+    if info.get("chosen") == "one stage":
+        print("--stages auto: the plan on one stage is no slower than any pipeline of stages; it is the plan exported")
 
 
 def _print_stages(info: dict[str, Any], limit: float | None) -> None:

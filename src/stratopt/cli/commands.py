@@ -235,7 +235,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     pipelined, exported = None, None
     if staged and args.expressible == "torch":  # a pipeline that runs: it is what is exported
         pipelined, run = runnable_stages(result, recompute=args.recompute, **_staging(args))
-        exported = ExportedPlan.of_pipeline(result, run)
+        exported = ExportedPlan.of_pipeline(result, run) if run is not None else None
     elif args.stages != "1":
         graph, machine = result.costing.graph, result.cluster.machine
         pipelined = plan_pipeline(

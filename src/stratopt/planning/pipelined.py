@@ -125,13 +125,14 @@ def runnable_stages(
     gantt: str | None = None,
     progress: Callable[[str], None] | None = None,
     notes: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any | None]:
     """``plan --stages --expressible torch``: the fastest pipeline PyTorch runs
     (:func:`~stratopt.planning.torchpipe.runnable_pipeline`) for the model and cluster of ``result``
     (a :class:`~stratopt.planning.PlanResult`), under its memory limit; returns the summary ``plan
     --json`` prints under ``"pipeline"`` (with ``"without_pipelining"``: ``result``'s plan) and the
     pipeline itself, whose export (:meth:`~stratopt.planning.export.ExportedPlan.of_pipeline`)
-    ``check-plan`` and ``train`` run."""
+    ``check-plan`` and ``train`` run; with ``stages="auto"``, None in its place (and ``"chosen": "one
+    stage"``) where ``result``'s plan is no slower than every pipeline of stages."""
     say = notes or progress or (lambda _msg: None)
     where = result.cluster
     run = runnable_pipeline(
@@ -145,7 +146,13 @@ def runnable_stages(
         events(timeline), trace_file=trace, gantt_file=gantt, title=f"{run.graph.name}: {schedule}"
     ):
         say(line)
-    info["without_pipelining"] = result.plan.estimate if result.plan.fits else None
+    single = result.plan.estimate if result.plan.fits else None
+    info["without_pipelining"] = single
+    if parse_stages(stages) is None and single is not None and single <= run.estimate:
+        # --stages auto: the plan itself, one stage without micro-batches, is the fastest pipeline
+        say(f"{run.graph.name}: one stage, the plan itself, is no slower than any pipeline of stages: it is the plan")
+        info["chosen"] = "one stage"
+        return info, None
     return info, run
 
 
