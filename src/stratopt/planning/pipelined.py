@@ -141,11 +141,11 @@ def runnable_stages(
         time_limit=None, progress=progress,
     )  # fmt: skip
     info = run.summary()
-    timeline, _ = simulate(run.graph, run.plan, where.machine, schedule)
-    for line in write_timeline(
-        events(timeline), trace_file=trace, gantt_file=gantt, title=f"{run.graph.name}: {schedule}"
-    ):
-        say(line)
+    if trace is not None or gantt is not None:  # the summary simulated it already; again only to draw it
+        timeline, _ = simulate(run.graph, run.plan, where.machine, schedule)
+        title = f"{run.graph.name}: {schedule}"
+        for line in write_timeline(events(timeline), trace_file=trace, gantt_file=gantt, title=title):
+            say(line)
     single = result.plan.estimate if result.plan.fits else None
     info["without_pipelining"] = single
     if parse_stages(stages) is None and single is not None and single <= run.estimate:
