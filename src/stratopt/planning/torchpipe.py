@@ -104,8 +104,7 @@ class RunnablePipeline:
 
     def summary(self) -> dict[str, Any]:
         """What ``plan --json`` prints under ``"pipeline"`` (the shape :func:`plan_pipeline` gives)."""
-        timeline, info = simulate(self.graph, self.plan, self.where.machine, self.schedule)
-        del timeline
+        _, info = simulate(self.graph, self.plan, self.where.machine, self.schedule)
         stages = describe(self.graph, self.plan, self.where.machine)
         for k, (row, memory) in enumerate(zip(stages, self.memory(), strict=True)):
             row.update(in_flight=self.in_flight(k), memory=memory, blocks=list(self.blocks[k]))

@@ -27,7 +27,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stratopt.errors import ModelError
@@ -236,7 +236,6 @@ class Staged:
     done: Parallelized
     schedule: Any
     microbatches: int
-    transfers: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     @property
     def first(self) -> bool:
