@@ -28,9 +28,20 @@ def chain(widths=(64, 256, 64, 512, 64, 128)):
     return g.build()
 
 
-def stage_time(graph, start, end, devices, machine) -> float:
+def once_a_step(costing) -> list:
+    """Per operator, the part of each configuration's cost done once an iteration however many
+    micro-batches it runs: the exposed gradient reduction and the optimizer's step."""
+    o = costing.overlap
+    return [c.exposed_sync(o) + (0.0 if c.per_step is None else c.per_step) for c in costing.vertex_costs]
+
+
+def stage_time(graph, start, end, devices, machine, microbatches=1) -> float:
+    """A stage's least time per micro-batch: the DP's optimum with the once-a-step parts counted
+    ``1 / microbatches`` each micro-batch."""
     costing = build(stage_graph(graph, start, end), devices, machine=machine, cutoff=1)
-    return float(solve(costing.problem, "dp").objective)
+    share = 1.0 - 1.0 / microbatches
+    nodes = [n - share * x for n, x in zip(costing.node_costs(), once_a_step(costing), strict=True)]
+    return float(solve(costing.problem.replace(node_costs=nodes), "dp").objective)
 
 
 def stage_memory(graph, start, end, devices, machine) -> tuple[float, float]:
@@ -68,7 +79,7 @@ def brute(graph, nodes, gpus, microbatches, stages=None, memory=None) -> float:
                 times, used, fits = [], 0, True
                 for k in range(count):
                     start, end = cuts[bounds[k]], cuts[bounds[k + 1]]
-                    times.append(stage_time(graph, start, end, groups[k], where.machine))
+                    times.append(stage_time(graph, start, end, groups[k], where.machine, microbatches))
                     if memory is not None:
                         total, acts = stage_memory(graph, start, end, groups[k], where.machine)
                         fits = fits and total + (min(count - k, microbatches) - 1) * acts <= memory
@@ -139,13 +150,18 @@ def test_chained_stage_times_equal_the_dp(graph, nodes, gpus) -> None:
 
 def test_one_stage_is_the_intra_operator_optimum() -> None:
     """With one stage the pipeline is today's plan: the DP's optimum on all devices (or fewer, as the
-    configuration policy allows), and M micro-batches take M times one."""
+    configuration policy allows), and M micro-batches take M times one but for the gradient
+    reduction and the optimizer's step, once a step (gradient accumulation)."""
     graph = chain()
     where = cluster(2, 2)
-    reference = solve(build(graph, 4, machine=where.machine, cutoff=1).problem, "dp").objective
+    costing = build(graph, 4, machine=where.machine, cutoff=1)
+    reference = solve(costing.problem, "dp")
     one = search(graph, 2, 2, stages=1)
-    assert one.estimate == pytest.approx(reference)
-    assert search(graph, 2, 2, stages=1, microbatches=5).estimate == pytest.approx(5 * reference)
+    assert one.estimate == pytest.approx(reference.objective)
+    five = search(graph, 2, 2, stages=1, microbatches=5).estimate
+    assert five == pytest.approx(5 * stage_time(graph, 0, len(graph), 4, where.machine, 5))
+    once = sum(float(x[c]) for x, c in zip(once_a_step(costing), reference.assignment, strict=True))
+    assert once > 0 and five <= 5 * reference.objective - 4 * once + 1e-6
 
 
 def wide_batch():
@@ -221,8 +237,9 @@ def test_simulation_of_one_stage_is_todays_simulation() -> None:
 
 
 def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> None:
-    """Equal stages with no transfer time: 1F1B takes (M + S - 1) (f + b), the estimate's formula,
-    and GPipe's order takes as long or longer; the bubble is (S - 1) / (M + S - 1)."""
+    """Equal stages with no transfer time: 1F1B takes (M + S - 1) (f + b) and then the optimizer's
+    step, once, the estimate's formula, and GPipe's order takes as long or longer; the bubble is
+    the idle share of that."""
     from stratopt.planning import PipelinePlan, Stage, simulate
 
     graph = chain((64,) * 4)
@@ -231,9 +248,12 @@ def test_uniform_pipeline_simulates_to_the_formula_and_gpipe_is_no_faster() -> N
     plan = PipelinePlan(stages, (0.0, 0.0, 0.0), 8, 4, 0.0)
     _, info = simulate(graph, plan, where.machine)
     f, b = info["stage_passes"][1]["forward"], info["stage_passes"][1]["backward"]
-    assert all(p == pytest.approx({"forward": f, "backward": b, "grad_sync": 0.0}) for p in info["stage_passes"])
-    assert info["iteration_time"] == pytest.approx((8 + 4 - 1) * (f + b))
-    assert info["bubble"] == pytest.approx(3 / 11)
+    # no data parallelism: what runs once an iteration is the optimizer's step (Adam's streams)
+    once = build(stage_graph(graph, 1, 2), 1, machine=where.machine, cutoff=1).vertex_costs[0].per_step[0]
+    assert once > 0
+    assert all(p == pytest.approx({"forward": f, "backward": b, "grad_sync": once}) for p in info["stage_passes"])
+    assert info["iteration_time"] == pytest.approx((8 + 4 - 1) * (f + b) + once)
+    assert info["bubble"] == pytest.approx(1.0 - (8 * (f + b) + once) / ((8 + 4 - 1) * (f + b) + once))
     assert simulate(graph, plan, where.machine, "gpipe")[1]["iteration_time"] >= info["iteration_time"] - 1e-9
 
 
@@ -271,7 +291,10 @@ def fitted_time(graph, start, end, devices, machine, limit, flight, microbatches
         split = layout(op, op.outputs[0], costing.configs[v]).prod(axis=1)
         usages.append(np.ceil(costing.vertex_costs[v].memory + (flight - 1) * op.outputs[0].size / split * 2.0))
     problem = costing.problem.replace(
-        node_costs=[c.total - share * c.phases()[2] for c in costing.vertex_costs],
+        node_costs=[
+            c.total - share * (c.phases()[2] + (0.0 if c.per_step is None else c.per_step))
+            for c in costing.vertex_costs
+        ],
         intervals=[(0, 1)] * len(costing.graph),
         usages=usages,
         usage_limit=int(limit),

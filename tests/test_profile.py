@@ -39,8 +39,8 @@ def test_the_machine_file_holds_what_was_measured(profiled, capsys) -> None:
     assert machine.intra_latency_us >= 0 and machine.memory_gb > 0
     c = calibration_of(machine)
     assert 0 < c.gemm_efficiency <= 1 and 0 < c.attention_efficiency <= 1 and c.gemm_half_gflop >= 0
-    assert c.overlap == 0.0 and c.hbm_efficiency == 1.0 and c.network_efficiency == 1.0
-    assert c.launch_us > 0 and c.op_overhead_us >= 0
+    assert c.overlap == 0.0 and 0 < c.hbm_efficiency <= 1.0 and c.network_efficiency == 1.0
+    assert c.launch_us > 0 and c.op_overhead_us >= 0 and c.grad_bucket_mb == 0.0
     assert picture.stat().st_size > 10_000 and picture.read_bytes()[:4] == b"\x89PNG"
     # the plan takes it, and prices in float32 with it
     result = plan("stratopt.torch.models:mlp", 1, 2, machine=str(path), simulate=False)
@@ -59,6 +59,10 @@ def test_json_lists_every_measurement_and_the_fit_reproduces_them(profiled) -> N
     # the fitted curve is the products' own within a factor of 3 (short windows on a loaded machine vary)
     for r in data["gemm"]:
         assert 1 / 3 <= (r["flops"] + half) / rate / r["seconds"] <= 3.0, r
+    # the pointwise work's efficiency is the priced time over the measured one (at most 1)
+    fit = data["fit"]
+    assert fit["stream_efficiency"] == pytest.approx(min(1.0, fit["pointwise_priced_ms"] / fit["pointwise_ms"]))
+    assert data["machine"]["calibration"]["hbm_efficiency"] == pytest.approx(fit["stream_efficiency"])
     bw, lat = fit_links(data["collectives"], 2)
     assert bw / 1e9 == pytest.approx(data["machine"]["intra_gbps"]) and lat * 1e6 == pytest.approx(
         data["machine"]["intra_latency_us"]
@@ -101,6 +105,8 @@ def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) ->
     assert "cannot write the machine file" in capsys.readouterr().err
     assert main(["profile", "--window", "0"]) == 2
     assert "--window must be a number of seconds in (0, 60]" in capsys.readouterr().err
+    assert main(["profile", "--rounds", "0"]) == 2
+    assert "--rounds must be a number of rounds in 1..20" in capsys.readouterr().err
 
 
 def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
@@ -120,3 +126,55 @@ def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
     for x, y in zip(a.vertex_costs, b.vertex_costs, strict=True):
         assert y.compute == pytest.approx(x.compute + 30.0) and (y.comm == x.comm).all()
     assert "launch_us" not in FITTED and Calibration().launch_us == 0.0
+
+
+def test_pointwise_work_is_priced_by_its_streams() -> None:
+    """The block ``profile`` times for its pointwise work is priced by memory streams alone: twice
+    the bandwidth, half the time; and it holds no product (its work is what the products leave)."""
+    from stratopt.importers.pytorch import from_torch
+    from stratopt.torch.profile import _priced_pointwise, pointwise_block
+
+    graph = from_torch(*pointwise_block("cpu"))
+    assert {op.op for op in graph.operators} >= {"norm", "elementwise", "softmax"}
+    assert not any(op.op in ("gemm", "conv") for op in graph.operators)
+    slow, fast = _priced_pointwise("cpu", 10.0), _priced_pointwise("cpu", 20.0)
+    assert slow > 0 and fast == pytest.approx(slow / 2)
+    # 4096 x 512 float32 elements: every operator streams them at least twice (read, write) forward
+    assert slow >= len(graph.operators) * 2 * 4096 * 512 * 4 / 10e9
+
+
+def test_gradients_reduced_per_module_pay_a_whole_latency_each() -> None:
+    """With the calibration's bucket at 0 (stratopt's runtime: each module's gradients in a
+    collective of their own), a data-parallel product's gradient all-reduce is the whole ring
+    all-reduce, latency included; with DDP's 25 MB buckets a small gradient pays a share of it."""
+    import dataclasses
+
+    from stratopt.cost import build
+    from stratopt.graph.zoo import alexnet
+
+    base = get_machine("h100")
+
+    def sync(bucket: float) -> dict[str, float]:
+        calibration = {**dict(base.calibration), "grad_bucket_mb": bucket}
+        machine = dataclasses.replace(base, calibration=tuple(sorted(calibration.items())))
+        costing = build(alexnet(), 2, profile="default", machine=machine)
+        out = {}
+        for op, vc, cfgs in zip(costing.graph.operators, costing.vertex_costs, costing.configs, strict=True):
+            if op.op in ("gemm", "conv") and vc.phases()[2] is not None:
+                # the batch split over both devices: data parallelism
+                rows = (
+                    [i for i, c in enumerate(cfgs) if c[op.axis_index("b")] == 2 and c.prod() == 2]
+                    if "b" in op.axes
+                    else []
+                )
+                if rows:
+                    out[op.name] = float(vc.phases()[2][rows[0]])
+        return out
+
+    shared, whole = sync(25.0), sync(0.0)
+    assert shared and shared.keys() == whole.keys()
+    latency = 2.0 * 1 * base.intra_latency_us  # a ring all-reduce over 2 devices: 2 steps
+    for name in shared:
+        assert whole[name] >= shared[name] - 1e-9
+        assert whole[name] - shared[name] <= latency + 1e-9
+    assert any(whole[n] - shared[n] > 0.5 * latency for n in shared)

@@ -161,7 +161,11 @@ class Calibration:
     around each module: gathers launched and awaited, shards freed); what keeps small models far
     from the peak in the measured runs, which all shard;
     ``launch_us``: a fixed cost per operator and pass (dispatching it: what small operators cost on
-    a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets.
+    a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets;
+    ``grad_bucket_mb``: data parallelism all-reduces the weight gradients in buckets of this many MB,
+    each gradient paying its share of a collective's latency (25: PyTorch DDP's default, the
+    presets'); 0: each module's gradients in a collective of their own, as stratopt's runtime
+    (:mod:`stratopt.torch`) reduces them, so ``stratopt profile`` writes 0.
     Each field's ``fit`` metadata holds the bounds :func:`~stratopt.planning.calibrate.calibrate`
     fits it within; the ``default`` cost profile and the step predictor
     (:func:`stratopt.planning.predict.predict`) price with it.
@@ -179,6 +183,7 @@ class Calibration:
     op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
     # measured by `stratopt profile`, not fitted: the published runs are on GPUs, where it hides
     launch_us: float = 0.0
+    grad_bucket_mb: float = 25.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

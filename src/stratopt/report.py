@@ -559,6 +559,11 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
         f"(peak measured {m.peak_tflops:.3g}); fused attention {found.attention['tflops']:.3g} TFLOP/s; "
         f"memory {m.hbm_gbps:.3g} GB/s"
     )
+    if "stream_efficiency" in fit:
+        print(
+            f"pointwise work: {fit['pointwise_ms']:.3g} ms measured, {fit['pointwise_priced_ms']:.3g} ms by its streams: "
+            f"{fit['stream_efficiency']:.0%} of the memory's bandwidth"
+        )
     if found.collectives:
         kinds = dict.fromkeys(r["kind"] for r in found.collectives)
         sizes = sorted({r["bytes"] for r in found.collectives})
@@ -569,7 +574,8 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
         print()
         _print_rows(rows, right=set(range(len(kinds) + 1)))
         print(
-            f"links ({found.backend}, {found.world} ranks): {m.intra_gbps:.3g} GB/s, {m.intra_latency_us:.3g} us a message"
+            f"links ({found.backend}, {found.world} ranks, each collective after a product): {m.intra_gbps:.3g} GB/s, "
+            f"{m.intra_latency_us:.3g} us a message"
         )
     if output is not None:
         print(f"wrote {output} (use it as --machine {output})")

@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE.json", help="write the machine file here")
     p.add_argument("--plot", metavar="FILE.png", help="plot the measured curves")
     p.add_argument("--window", type=float, default=0.2, metavar="SEC", help="seconds of calls per figure (0.2)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="rounds of the figures, their median kept (3)")
     _options(p, "json")
     p = _add(sub, commands.import_cmd)
     p.add_argument(

@@ -39,7 +39,9 @@ class VertexCosts:
     ``forward_compute`` is the forward pass's part of ``compute`` (default a third: a product's
     backward pass is two products of its size); a recomputed configuration runs it twice.
     ``weight_gather`` is the part of ``comm`` that all-gathers sharded weights (FSDP, forward and
-    backward), which frameworks prefetch under the compute.
+    backward), which frameworks prefetch under the compute. ``per_step`` is the part of ``compute``
+    done once a step however many micro-batches it accumulates (the optimizer's update of the
+    weights held).
     """
 
     compute: np.ndarray
@@ -49,6 +51,7 @@ class VertexCosts:
     grad_sync: np.ndarray | None = None
     forward_compute: np.ndarray | None = None
     weight_gather: np.ndarray | None = None
+    per_step: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:

@@ -127,19 +127,22 @@ class Costing:
         (activations' reductions, re-layouts between operators), the weight gathers beyond
         ``overlap`` of the compute (FSDP gathers for every micro-batch), and ``1 / microbatches`` of
         the gradient reductions beyond ``overlap`` of the backward pass (they run once a step,
-        under the last micro-batch's backward pass); no constant per step."""
+        under the last micro-batch's backward pass) and ``1 / microbatches`` of the optimizer's
+        step (``per_step``: once a step too); no constant per step."""
         # the edges (re-layouts) are the objective less the node costs; they lie on the critical path
         critical = float(evaluate(self.problem, assignment).objective)
-        compute = backward = gathers = syncs = 0.0
+        compute = backward = gathers = syncs = steps = 0.0
         for c, vc, node in zip(assignment, self.vertex_costs, self.node_costs(), strict=True):
             gather = 0.0 if vc.weight_gather is None else float(vc.weight_gather[c])
             sync = float(vc.phases()[2][c])
             compute += float(vc.compute[c])
+            steps += 0.0 if vc.per_step is None else float(vc.per_step[c])
             backward += float(vc.compute_phases()[1][c])
             gathers, syncs = gathers + gather, syncs + sync
             critical += float(vc.comm[c]) - gather - sync - float(node[c])
         o = self.overlap
-        return compute + critical + max(0.0, gathers - o * compute) + max(0.0, syncs - o * backward) / microbatches
+        once = max(0.0, syncs - o * backward) - (microbatches - 1.0) * steps  # the optimizer's step: once too
+        return compute + critical + max(0.0, gathers - o * compute) + once / microbatches
 
     def is_recomputed(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` recomputes its outputs in the backward pass."""
@@ -353,12 +356,12 @@ def build(
     if recompute:
         for key, v in first.items():
             cfg, costs = unique_configs[key], unique_costs[key]
-            compute, comm, memory, fwd, sync, _, gather = _fields(costs)
+            compute, comm, memory, fwd, sync, _, gather, step = _fields(costs)
             ahead = costs.compute_phases()[0]
             held = np.minimum(output_bytes(ops[v], cfg, prof.dtype_bytes), memory)  # none inside a fused kernel
             # the forward runs again with its communication, but for FSDP's weight gather: the
             # weights gathered for the recomputation stay for the backward pass, which gathers none
-            again = (compute + ahead, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather)
+            again = (compute + ahead, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather, step)
             unique_configs[key] = np.vstack([cfg, cfg])
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])
@@ -429,17 +432,18 @@ def build(
 
 def _fields(c: VertexCosts) -> tuple[Any, ...]:
     """compute, comm, memory, the forward and gradient-sync communication (their defaults filled
-    in), the forward compute (None for the default third) and the weight gathers (zeros where not
-    given), in :class:`VertexCosts`' order."""
+    in), the forward compute (None for the default third), the weight gathers and the work once a
+    step (zeros where not given), in :class:`VertexCosts`' order."""
     fwd, _, sync = c.phases()
     gather = np.zeros_like(c.comm) if c.weight_gather is None else c.weight_gather
-    return (c.compute, c.comm, c.memory, fwd, sync, c.forward_compute, gather)
+    step = np.zeros_like(c.compute) if c.per_step is None else c.per_step
+    return (c.compute, c.comm, c.memory, fwd, sync, c.forward_compute, gather, step)
 
 
 def _joined(first: tuple[Any, ...], then: tuple[Any, ...]) -> VertexCosts:
     """The costs of ``first``'s configurations followed by ``then``'s (a forward compute left to
     its default on one side and given on the other is filled in as the default)."""
     if (first[5] is None) != (then[5] is None):
-        first, then = ((*side[:5], side[0] / 3.0 if side[5] is None else side[5], side[6]) for side in (first, then))
+        first, then = ((*side[:5], side[0] / 3.0 if side[5] is None else side[5], *side[6:]) for side in (first, then))
     joined: list[Any] = [None if a is None else np.concatenate([a, b]) for a, b in zip(first, then, strict=True)]
     return VertexCosts(*joined)

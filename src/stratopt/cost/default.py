@@ -9,8 +9,10 @@ Per training step and per device, in microseconds:
   gradient over n splits, the weight gradient over m splits, statistics of split norms and
   softmaxes, halos of split pooling windows) as alpha-beta collectives on the machine's links,
   intra-node when the group lies in a node (:mod:`stratopt.machine`; devices numbered with an
-  operator's feature axes innermost: :func:`~stratopt.cost.common.span`); weight gradients are
-  all-reduced in 25 MB buckets, so each pays its share of a collective's latency;
+  operator's feature axes innermost: :func:`~stratopt.cost.common.span`); weight gradients
+  (products', and norms' scales and shifts) are all-reduced in 25 MB buckets, so each pays its
+  share of a collective's latency (each module's in a collective of its own where the machine's
+  calibration says ``grad_bucket_mb = 0``, as ``stratopt profile`` writes for stratopt's runtime);
 - edges: the bytes each consumer device lacks, forward and backward, as two messages on the
   link the larger of the two layouts uses; where the consumer spreads over more devices than the
   producer, a producer device sends to several through its own links, and the busier side counts;
@@ -74,7 +76,8 @@ class DefaultProfile(EdgePricing):
 
     name = "default"
     units = "us"
-    #: Gradients are all-reduced in buckets of this many bytes (:meth:`_grad_ar`).
+    #: Gradients are all-reduced in buckets of this many bytes (:meth:`_grad_ar`), unless the
+    #: machine's calibration says otherwise (``grad_bucket_mb``).
     BUCKET_BYTES = 25e6
 
     def __init__(self, machine: Machine, *, dtype_bytes: int | None = None, state_bytes: int = 8) -> None:
@@ -88,6 +91,7 @@ class DefaultProfile(EdgePricing):
         self.links = machine
         self.attention_flops, self.gemm_half = self.flops, 0.0
         self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
+        self.bucket = self.BUCKET_BYTES
         if self.calibrated:
             c = calibration_of(machine)
             peak = machine.peak_tflops * 1e12
@@ -100,6 +104,7 @@ class DefaultProfile(EdgePricing):
             )
             self.op_overhead, self.overlap, self.launch = c.op_overhead_us, c.overlap, c.launch_us
             self.step_overhead = c.step_overhead_ms * 1e3
+            self.bucket = c.grad_bucket_mb * 1e6
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
         return self.links.all_reduce(elems * self.dtype_bytes, group, spans) * _US
@@ -107,12 +112,15 @@ class DefaultProfile(EdgePricing):
     def _grad_ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
         """A weight gradient's all-reduce as data parallelism runs it: in buckets of
         :attr:`BUCKET_BYTES` (PyTorch DDP's default), so the gradient pays its share of one
-        collective's latency, not a whole one."""
+        collective's latency, not a whole one; a whole one where the calibration's bucket is 0
+        (each module's gradients reduced on their own, as stratopt's runtime does)."""
         nbytes = elems * self.dtype_bytes
         whole = self.links.all_reduce(nbytes, group, spans)
+        if self.bucket <= 0:
+            return whole * _US
         steps = np.maximum(np.asarray(group, dtype=np.float64) - 1.0, 0.0)
         latency = 2.0 * steps * self.links.link(group, spans)[1]
-        return (whole - latency * (1.0 - np.minimum(1.0, nbytes / self.BUCKET_BYTES))) * _US
+        return (whole - latency * (1.0 - np.minimum(1.0, nbytes / self.bucket))) * _US
 
     def _stream(self, elems: np.ndarray) -> np.ndarray:
         """Microseconds to read or write ``elems`` elements of device memory."""
@@ -125,6 +133,12 @@ class DefaultProfile(EdgePricing):
         fwd = sync = ahead = None
         if op.op in ("gemm", "conv", "lstm"):
             fwd, sync = self._gemm_phases(op, cfg, comm)
+        elif op.op == "norm" and any(t.param for t in op.inputs):
+            # a norm's own weights (scale, shift): their gradient reduced over the data-parallel
+            # replicas as a product's is; its statistics' reductions half forward, half backward
+            group, spans = replicas(op, configs)
+            fwd, sync = comm / 2.0, self._grad_ar(weight_tile(op, cfg), group, spans)
+            comm = comm + sync
         memory = memory_bytes(op, configs, self.dtype_bytes, self.state_bytes)
         role = op.attrs.get("fused_attention")
         if role in ("scores", "softmax"):  # inside the fused kernel: nothing stored
@@ -133,9 +147,11 @@ class DefaultProfile(EdgePricing):
             memory = memory - weight_tile(op, cfg) * (2 * self.dtype_bytes + self.state_bytes)
         if role:  # the fused kernel's forward is 1 of its 3.5 passes (the backward recomputes the scores)
             ahead = compute / 3.5
-        if self.calibrated:  # Adam's step, and dispatching the operator in each of its 3 passes
-            compute = compute + self._optimizer(op, weight_tile(op, cfg)) + 3.0 * self.launch
-        return VertexCosts(compute, comm, memory, fwd, sync, ahead)
+        step = None
+        if self.calibrated:  # Adam's step (once a step), and dispatching the operator in each of its 3 passes
+            step = self._optimizer(op, weight_tile(op, cfg))
+            compute = compute + step + 3.0 * self.launch
+        return VertexCosts(compute, comm, memory, fwd, sync, ahead, per_step=step)
 
     def _optimizer(self, op: Operator, held: np.ndarray) -> np.ndarray:
         """Adam's step over the weight elements held: fp32 master weights, gradients and two
@@ -321,6 +337,7 @@ class DefaultProfile(EdgePricing):
             gather,
             base.forward_compute,
             2.0 * gather,
+            None if base.per_step is None else base.per_step - optimizer,
         )
 
     def describe(self) -> str:

@@ -39,7 +39,8 @@ def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, floa
     operator-level simulator on the stage's own devices: the passes simulated without the
     weight-gradient synchronisation (forward ends when the last forward task does), and the sync's
     share is what it adds to the whole step's makespan (it overlaps the backward pass; a pipeline
-    runs it once per iteration, after the stage's last backward)."""
+    runs it once per iteration, after the stage's last backward), with the optimizer's step moved
+    from the backward pass to it (once an iteration too)."""
 
     costing = stage_costing(graph, stage, machine)
     tasks = StrategyTasks(costing, stage.assignment).graph
@@ -49,7 +50,15 @@ def _stage_passes(graph: Graph, stage: Stage, machine: Any) -> tuple[float, floa
             tasks.exe[t] = 0.0
     timeline = simulate_tasks(tasks)
     forward = max((timeline.end[t] for t in tasks.tasks() if tasks.label[t][0] == 0), default=0.0)
-    return forward, timeline.makespan - forward, max(0.0, whole - timeline.makespan)
+    # the optimizer's step, inside the operators' compute, runs once an iteration too
+    step = sum(
+        float(vc.per_step[c])
+        for vc, c in zip(costing.vertex_costs, stage.assignment, strict=True)
+        if vc.per_step is not None
+    )
+    backward = timeline.makespan - forward
+    step = min(step, backward)
+    return forward, backward - step, max(0.0, whole - timeline.makespan) + step
 
 
 def schedule_order(stage: int, stages: int, microbatches: int, schedule: str) -> list[tuple[str, int]]:

@@ -24,7 +24,7 @@ class StageCosts:
     The whole graph is priced once per group size; a stage is that problem's slice over its
     operators (a tensor from before it arrives as an input, with no edge cost, as in
     :func:`stage_graph`). Gradient synchronisation, which a stage does once per iteration after its
-    last backward pass, is counted ``1 / M`` per micro-batch.
+    last backward pass, and the optimizer's step are counted ``1 / M`` per micro-batch.
 
     Exactly one tensor crosses each cut, so its producer separates the operators before it from
     those after: a unit's least cost for each choice ``a`` of the producer it receives and ``b`` of
@@ -83,8 +83,9 @@ class StageCosts:
             costing = self.costing(g)
             share = 1.0 - 1.0 / self.microbatches
             o = costing.overlap
-            nodes = [
-                n - share * c.exposed_sync(o) for n, c in zip(costing.node_costs(), costing.vertex_costs, strict=True)
+            nodes = [  # the gradient reduction and the optimizer's step: once an iteration
+                n - share * (c.exposed_sync(o) + (0.0 if c.per_step is None else c.per_step))
+                for n, c in zip(costing.node_costs(), costing.vertex_costs, strict=True)
             ]
             dtype = costing.profile.dtype_bytes
             acts = [

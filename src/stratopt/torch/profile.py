@@ -16,7 +16,10 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
   ``launch_us``, charged to every operator in each of its three passes;
 - **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
   NCCL on GPUs): all-reduce, all-gather, reduce-scatter, all-to-all and a send/receive ping-pong,
-  from 4 KB to 16 MB; one bandwidth and one latency per message fitted to all of them by the ring
+  from 4 KB to 16 MB, each issued right after a matrix product, as training issues them between
+  its operators (the product's own time taken off: on a CPU a collective between ranks that
+  compute costs several times what one issued back to back does, gloo's threads waiting for the
+  cores); one bandwidth and one latency per message fitted to all of them by the ring
   formulas the machine model uses (:mod:`stratopt.machine`): the links inside a node. One machine
   is measured, so the network between nodes is taken as the same;
 - **FSDP's own work**: a chain of linear modules each sharded by ``fully_shard``, against the same
@@ -40,7 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from stratopt.cost.costing import build
+from stratopt.cost.default import DefaultProfile
 from stratopt.errors import ModelError
+from stratopt.importers.pytorch import from_torch
 from stratopt.machine import Calibration, Machine
 from stratopt.torch.launch import backend, run_ranks
 
@@ -58,6 +64,8 @@ _RING: dict[str, Callable[[int], tuple[float, float]]] = {
 }
 _MESSAGES = tuple(4096 * 4**k for k in range(7))  # 4 KB .. 16 MB
 _CALLS = 15  # timed calls of each collective at each size (every rank makes the same calls)
+#: The side of the square product issued before each collective (about a millisecond's work).
+_BUSY = {"cpu": 384, "cuda": 4096}
 
 
 @dataclass(frozen=True)
@@ -165,7 +173,10 @@ def fit_links(rows: list[dict[str, Any]], world: int) -> tuple[float, float]:
 
 def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: tuple[Any, Any]) -> list[dict[str, Any]]:
     """Each collective's seconds on messages of about ``nbytes`` (float32 values, a multiple of the
-    ranks), and the send/receive's (rank 0 and 1 pass the tensor there and back: two messages)."""
+    ranks), and the send/receive's (rank 0 and 1 pass the tensor there and back: two messages),
+    each issued as training issues it: right after a matrix product on every rank (a collective
+    between ranks that compute; on a CPU, gloo's threads then wait for cores the product held),
+    the product's own time taken off."""
     import torch
 
     gather, scatter = pair
@@ -174,6 +185,12 @@ def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: t
     whole = torch.ones(n, device=device)
     part = torch.ones(n // world, device=device)
     out = torch.empty_like(whole)
+    side = _BUSY[device.type]
+    a, b = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
+
+    def product() -> Any:
+        return torch.matmul(a, b)
+
     ops: dict[str, Callable[[], Any]] = {
         "all_reduce": lambda: dist.all_reduce(whole),
         "all_gather": lambda: gather(out, part),
@@ -183,10 +200,13 @@ def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: t
     rows = []
     for name, run in ops.items():
         dist.barrier()
-        rows.append({"kind": name, "bytes": n * 4, "seconds": _timed(run, clock, calls=_CALLS)})
+        alone = _timed(product, clock, calls=_CALLS)
+        after = _timed(partial(_after, product, run), clock, calls=_CALLS)
+        rows.append({"kind": name, "bytes": n * 4, "seconds": max(after - alone, 1e-7)})
     dist.barrier()
 
     def ping() -> None:
+        product()
         if rank == 0:
             dist.send(whole, 1)
             dist.recv(whole, 1)
@@ -194,8 +214,16 @@ def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: t
             dist.recv(whole, 0)
             dist.send(whole, 0)
 
-    rows.append({"kind": "send_recv", "bytes": n * 4, "seconds": _timed(ping, clock, calls=_CALLS) / 2.0})
+    alone = _timed(product, clock, calls=_CALLS)
+    rows.append(
+        {"kind": "send_recv", "bytes": n * 4, "seconds": max(_timed(ping, clock, calls=_CALLS) - alone, 2e-7) / 2.0}
+    )
     return rows
+
+
+def _after(first: Callable[[], Any], then: Callable[[], Any]) -> None:
+    first()
+    then()
 
 
 def _fsdp_chain(torch: Any, device: Any, world: int) -> dict[str, float]:
@@ -226,16 +254,16 @@ def _step(model: Any, x: Any) -> None:
     model(x).sum().backward()
 
 
-def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float]) -> Any:
+def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float, int]) -> Any:
     """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work; called directly
     for one rank): the products, attention, bandwidth and dispatch each rank sees while the others
     compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
     the FSDP chain; rank 0's figures, each the slowest rank's."""
     import torch
 
-    device, sizes, show, window = payload
+    device, sizes, show, window, repeat = payload
     together = world > 1
-    total, done = len(_shapes(device)) + 3 + 2 * together, 0
+    total, done = repeat * (len(_shapes(device)) + 4) + 2 * together, 0
 
     def say(what: str) -> None:
         nonlocal done
@@ -257,28 +285,21 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
             dist.barrier()
         return _timed(run, clock, least=window, most=400)
 
-    gemm = []
-    for m, n, k in _shapes(device):
-        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
-        seconds = timed(partial(torch.matmul, a, b))
-        flops = 2.0 * m * n * k
-        gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds})
-        say(f"matrix product {m} x {k} x {n}")
-    attention = _attention(torch, dev, dtype, timed, device)
-    say("fused attention")
-    bandwidth = []
-    for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
-        x, y = torch.randn(elements, device=dev, dtype=dtype), torch.randn(elements, device=dev, dtype=dtype)
-        z = torch.empty_like(x)
-        seconds = timed(partial(torch.add, x, y, out=z))
-        bandwidth.append({"bytes": 3.0 * elements * x.element_size(), "seconds": seconds})
-        del x, y, z
-    say("memory bandwidth")
-    chain = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(32))).to(device=dev, dtype=dtype)
-    tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
-    launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
-    say("dispatching an operator")
+    rounds = [_compute(torch, dev, dtype, timed, device, say) for _ in range(repeat)]
+    gemm = [
+        {**row, "seconds": statistics.median(r["gemm"][i]["seconds"] for r in rounds)}
+        for i, row in enumerate(rounds[0]["gemm"])
+    ]
+    bandwidth = [
+        {**row, "seconds": statistics.median(r["bandwidth"][i]["seconds"] for r in rounds)}
+        for i, row in enumerate(rounds[0]["bandwidth"])
+    ]
+    attention = {**rounds[0]["attention"], "seconds": statistics.median(r["attention"]["seconds"] for r in rounds)}
+    attention["tflops"] = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"] / attention["seconds"]
+    launch = statistics.median(r["launch"] for r in rounds)
+    pointwise = statistics.median(r["pointwise"] for r in rounds)
     found: dict[str, Any] = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "launch": launch}
+    found["pointwise"] = pointwise
     found["collectives"], found["fsdp"] = [], {}
     if together:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
@@ -297,6 +318,71 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
     for r in found["bandwidth"]:
         r["gbps"] = r["bytes"] / r["seconds"] / 1e9
     return found
+
+
+def _compute(
+    torch: Any,
+    dev: Any,
+    dtype: Any,
+    timed: Callable[[Callable[[], Any]], float],
+    device: str,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """One round of the figures each rank measures alone: products, attention, bandwidth, the
+    pointwise work of a block and dispatch."""
+    gemm = []
+    for m, n, k in _shapes(device):
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        seconds = timed(partial(torch.matmul, a, b))
+        flops = 2.0 * m * n * k
+        gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds})
+        say(f"matrix product {m} x {k} x {n}")
+    attention = _attention(torch, dev, dtype, timed, device)
+    say("fused attention")
+    bandwidth = []
+    for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
+        x, y = torch.randn(elements, device=dev, dtype=dtype), torch.randn(elements, device=dev, dtype=dtype)
+        z = torch.empty_like(x)
+        seconds = timed(partial(torch.add, x, y, out=z))
+        bandwidth.append({"bytes": 3.0 * elements * x.element_size(), "seconds": seconds})
+        del x, y, z
+    say("memory bandwidth")
+    work, (x,) = pointwise_block(device)
+    work = work.to(device=dev, dtype=dtype)
+    x = x.to(device=dev, dtype=dtype).requires_grad_(True)
+    pointwise = timed(partial(_step, work, x))
+    say("pointwise work")
+    chain = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(32))).to(device=dev, dtype=dtype)
+    tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
+    launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
+    say("dispatching an operator")
+    return {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "pointwise": pointwise, "launch": launch}
+
+
+def pointwise_block(device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
+    """A transformer block's work besides its products, as a module and its example input (float32):
+    a layer norm, the tanh GELU, a gated SiLU, an RMS norm, a softmax and a residual add, over
+    4096 rows of 512 (a GPU: 16384 of 4096). ``profile`` times it forward and backward and prices it
+    with the ``default`` profile's streams: their ratio is how fast such work streams memory here."""
+    import torch
+    import torch.nn.functional as F
+
+    rows, width = (4096, 512) if device == "cpu" else (16384, 4096)
+
+    class Pointwise(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(width)
+            self.scale = torch.nn.Parameter(torch.ones(width))
+
+        def forward(self, x: Any) -> Any:
+            h = F.gelu(self.norm(x), approximate="tanh")
+            g = F.silu(h) * x
+            r = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
+            return torch.softmax(r, dim=-1) + x
+
+    torch.manual_seed(0)
+    return Pointwise(), (torch.randn(rows, width),)
 
 
 def bar(what: str, done: int, total: int, width: int = 20) -> str:
@@ -332,6 +418,7 @@ def _slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     work = first["attention"]["tflops"] * first["attention"]["seconds"]
     out["attention"]["tflops"] = work / out["attention"]["seconds"]
     out["launch"] = max(r["launch"] for r in ranks)
+    out["pointwise"] = max(r["pointwise"] for r in ranks)
     out["fsdp"] = {k: max(r["fsdp"][k] for r in ranks) for k in first["fsdp"]}
     return out
 
@@ -343,13 +430,15 @@ def profile(
     name: str | None = None,
     progress: bool = False,
     window: float = 0.2,
+    rounds: int = 3,
     timeout: float = 300.0,
 ) -> Profile:
     """Measure this machine (``device``: ``cpu`` or ``cuda``; collectives over ``world`` local
     ranks, none for 1) and fit a :class:`~stratopt.machine.Machine` to it (see the module's
     docstring). With ``progress``, rank 0 prints a progress bar on stderr as it measures
     (:func:`bar`); each product, attention, bandwidth and dispatch figure is the median of
-    ``window`` seconds of calls (at least 3)."""
+    ``window`` seconds of calls (at least 3), and the median of ``rounds`` such figures, measured
+    in turn (a shared machine's drifts even out)."""
     try:
         import torch
     except ImportError:
@@ -362,10 +451,12 @@ def profile(
         raise ModelError(f"--world must be a positive number of ranks, got {world!r}")
     if not 0 < window <= 60:
         raise ModelError(f"--window must be a number of seconds in (0, 60], got {window!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
+        raise ModelError(f"--rounds must be a number of rounds in 1..20, got {rounds!r}")
     if device == "cuda" and world > torch.cuda.device_count():
         raise ModelError(f"--world {world}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     started = time.perf_counter()
-    payload = (device, _MESSAGES, bool(progress), float(window))
+    payload = (device, _MESSAGES, bool(progress), float(window), rounds)
     if world > 1:
         found = run_ranks(_measure, world, payload, timeout=timeout, what="profile")[0]
     else:
@@ -374,6 +465,8 @@ def profile(
     rate, half = fit_gemm(gemm)
     peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
     hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
+    streamed = _priced_pointwise(device, hbm)
+    stream_efficiency = min(1.0, streamed / found["pointwise"])
     collectives: list[dict[str, Any]] = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found["collectives"]]
     link_bw, latency, hooks = hbm * 1e9, 0.0, 0.0
     if collectives:
@@ -389,12 +482,13 @@ def profile(
         gemm_efficiency=min(1.0, rate / peak),
         gemm_half_gflop=half / 1e9,
         attention_efficiency=min(1.0, attention["tflops"] * 1e12 / peak),
-        hbm_efficiency=1.0,
+        hbm_efficiency=max(stream_efficiency, 1e-3),
         network_efficiency=1.0,
         overlap=0.0 if device == "cpu" else Calibration().overlap,
         step_overhead_ms=0.0,
         op_overhead_us=hooks * 1e6,
         launch_us=launch * 1e6,
+        grad_bucket_mb=0.0,  # the runtime reduces each module's gradients on their own
     )
     label = name or f"profiled-{device}"
     memory = _memory_gb(torch, device, world)
@@ -419,10 +513,24 @@ def profile(
     )
     fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
     fit["latency_us"], fit["launch_us"], fit["fsdp_us"] = latency * 1e6, launch * 1e6, hooks * 1e6
+    fit["pointwise_ms"], fit["pointwise_priced_ms"] = found["pointwise"] * 1e3, streamed * 1e3
+    fit["stream_efficiency"] = stream_efficiency
     return Profile(
         device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
     )  # fmt: skip
+
+
+def _priced_pointwise(device: str, hbm_gbps: float) -> float:
+    """Seconds the ``default`` profile prices :func:`pointwise_block` at, forward and backward, with
+    memory streaming at ``hbm_gbps`` (its streams alone: no calibration, so no dispatch)."""
+    graph = from_torch(*pointwise_block(device), name="pointwise")
+    bare = Machine(
+        "stream", peak_tflops=1.0, memory_gb=1.0, hbm_gbps=hbm_gbps, devices_per_node=1, intra_gbps=1.0,
+        inter_gbps=1.0, dtype_bytes=4 if device == "cpu" else 2,
+    )  # fmt: skip
+    costing = build(graph, 1, profile=DefaultProfile(bare), machine=bare)
+    return sum(float(vc.compute[0]) for vc in costing.vertex_costs) * 1e-6
 
 
 def _memory_gb(torch: Any, device: str, world: int) -> float:
