@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -63,6 +64,9 @@ def test_json_lists_every_measurement_and_the_fit_reproduces_them(profiled) -> N
     fit = data["fit"]
     assert fit["stream_efficiency"] == pytest.approx(min(1.0, fit["pointwise_priced_ms"] / fit["pointwise_ms"]))
     assert data["machine"]["calibration"]["hbm_efficiency"] == pytest.approx(fit["stream_efficiency"])
+    # the convolution's, its rate over the fitted products' curve at its work (at most 1)
+    assert 0 < fit["conv_efficiency"] <= 1 and fit["conv_tflops"] > 0
+    assert data["machine"]["calibration"]["conv_efficiency"] == pytest.approx(fit["conv_efficiency"])
     bw, lat = fit_links(data["collectives"], 2)
     assert bw / 1e9 == pytest.approx(data["machine"]["intra_gbps"]) and lat * 1e6 == pytest.approx(
         data["machine"]["intra_latency_us"]
@@ -178,3 +182,28 @@ def test_gradients_reduced_per_module_pay_a_whole_latency_each() -> None:
         assert whole[name] >= shared[name] - 1e-9
         assert whole[name] - shared[name] <= latency + 1e-9
     assert any(whole[n] - shared[n] > 0.5 * latency for n in shared)
+
+
+def test_convolutions_are_priced_at_their_measured_rate() -> None:
+    """A calibration whose convolutions run at half the products' rate doubles every convolution's
+    product time (the streams of its fused pointwise work unchanged) and leaves the products alone."""
+    import dataclasses
+
+    from stratopt.cost import build
+    from stratopt.graph.zoo import alexnet
+
+    base = get_machine("h100")
+    half = dataclasses.replace(
+        base, calibration=tuple(sorted({**dict(base.calibration), "conv_efficiency": 0.5}.items()))
+    )
+    a = build(alexnet(), 1, profile="default", machine=base)
+    b = build(alexnet(), 1, profile="default", machine=half)
+    c = calibration_of(base)
+    rate = base.peak_tflops * 1e12 * c.gemm_efficiency
+    for op, x, y in zip(a.graph.operators, a.vertex_costs, b.vertex_costs, strict=True):
+        if op.op == "conv":
+            g = 2.0 * float(np.prod(op.sizes))  # one device: the whole convolution's forward flops
+            product = 3.0 * (g + c.gemm_half_gflop * 1e9) / rate * 1e6
+            assert float(y.compute[0] - x.compute[0]) == pytest.approx(product, rel=1e-9)
+        else:
+            assert float(y.compute[0]) == pytest.approx(float(x.compute[0]))

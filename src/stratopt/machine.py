@@ -162,6 +162,8 @@ class Calibration:
     from the peak in the measured runs, which all shard;
     ``launch_us``: a fixed cost per operator and pass (dispatching it: what small operators cost on
     a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets;
+    ``conv_efficiency``: convolutions' rate over the products' at the same work (1: as fast; on a CPU
+    they are slower), as ``stratopt profile`` measures it; 1 on the presets;
     ``grad_bucket_mb``: data parallelism all-reduces the weight gradients in buckets of this many MB,
     each gradient paying its share of a collective's latency (25: PyTorch DDP's default, the
     presets'); 0: each module's gradients in a collective of their own, as stratopt's runtime
@@ -183,6 +185,7 @@ class Calibration:
     op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
     # measured by `stratopt profile`, not fitted: the published runs are on GPUs, where it hides
     launch_us: float = 0.0
+    conv_efficiency: float = 1.0
     grad_bucket_mb: float = 25.0
 
     def __post_init__(self) -> None:

@@ -564,6 +564,10 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
             f"pointwise work: {fit['pointwise_ms']:.3g} ms measured, {fit['pointwise_priced_ms']:.3g} ms by its streams: "
             f"{fit['stream_efficiency']:.0%} of the memory's bandwidth"
         )
+    if "conv_efficiency" in fit:
+        print(
+            f"convolution: {fit['conv_tflops']:.3g} TFLOP/s, {fit['conv_efficiency']:.0%} of a product's rate at its work"
+        )
     if found.collectives:
         kinds = dict.fromkeys(r["kind"] for r in found.collectives)
         sizes = sorted({r["bytes"] for r in found.collectives})

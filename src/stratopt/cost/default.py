@@ -89,7 +89,7 @@ class DefaultProfile(EdgePricing):
         self.calibrated = bool(machine.calibration)
         #: the links collectives and messages run on (their achieved bandwidth)
         self.links = machine
-        self.attention_flops, self.gemm_half = self.flops, 0.0
+        self.attention_flops, self.gemm_half, self.conv_efficiency = self.flops, 0.0, 1.0
         self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
         self.bucket = self.BUCKET_BYTES
         if self.calibrated:
@@ -105,6 +105,7 @@ class DefaultProfile(EdgePricing):
             self.op_overhead, self.overlap, self.launch = c.op_overhead_us, c.overlap, c.launch_us
             self.step_overhead = c.step_overhead_ms * 1e3
             self.bucket = c.grad_bucket_mb * 1e6
+            self.conv_efficiency = c.conv_efficiency
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
         return self.links.all_reduce(elems * self.dtype_bytes, group, spans) * _US
@@ -191,7 +192,8 @@ class DefaultProfile(EdgePricing):
             work = work * (0.5 if op.attrs.get("causal") else 1.0)
             compute = 3.5 * work / self.attention_flops * _US
         else:
-            compute = 3.0 * (work + self.gemm_half) / self.flops * _US
+            rate = self.flops * (self.conv_efficiency if op.op == "conv" else 1.0)
+            compute = 3.0 * (work + self.gemm_half) / rate * _US
             # Fused pointwise ops: forward and backward passes over the output block.
             compute = compute + self._stream(g.bb * g.m * g.n * 4.0 * op.pointwise)
         m, n, k = (span(op, cfg, axes) for axes in gemm_axes(op))

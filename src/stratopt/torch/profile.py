@@ -12,6 +12,11 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
   over the peak: ``attention_efficiency``;
 - **memory bandwidth**: an elementwise add (two reads, one write) of tensors past every cache:
   ``hbm_gbps`` (smaller ones are shown beside it);
+- **a convolution** (3 x 3, forward and both gradients) against the products' fitted curve at its
+  work: ``conv_efficiency``;
+- **pointwise work** (:func:`pointwise_block`: norms, GELU, SiLU, softmax, a residual add),
+  forward and backward, against what the ``default`` profile prices its streams at:
+  ``hbm_efficiency``;
 - **dispatch**: a chain of small linear modules forward and backward, per module and pass:
   ``launch_us``, charged to every operator in each of its three passes;
 - **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
@@ -25,7 +30,8 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
 - **FSDP's own work**: a chain of linear modules each sharded by ``fully_shard``, against the same
   chain unsharded, beyond its collectives, per module and pass: ``op_overhead_us``.
 
-The figures are achieved ones, so the file's ``hbm_efficiency`` and ``network_efficiency`` are 1; on
+Every figure but the collectives' is the median of ``rounds`` rounds. The figures are achieved
+ones, so the file's ``network_efficiency`` is 1; on
 the CPU, where gloo's collectives run on the cores that compute, ``overlap`` is 0. Values are the
 dtype measured (float32 on the CPU, bfloat16 on a GPU: ``dtype_bytes``).
 """
@@ -263,7 +269,7 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
 
     device, sizes, show, window, repeat = payload
     together = world > 1
-    total, done = repeat * (len(_shapes(device)) + 4) + 2 * together, 0
+    total, done = repeat * (len(_shapes(device)) + 5) + 2 * together, 0
 
     def say(what: str) -> None:
         nonlocal done
@@ -298,8 +304,9 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
     attention["tflops"] = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"] / attention["seconds"]
     launch = statistics.median(r["launch"] for r in rounds)
     pointwise = statistics.median(r["pointwise"] for r in rounds)
+    conv = {**rounds[0]["conv"], "seconds": statistics.median(r["conv"]["seconds"] for r in rounds)}
     found: dict[str, Any] = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "launch": launch}
-    found["pointwise"] = pointwise
+    found["pointwise"], found["conv"] = pointwise, conv
     found["collectives"], found["fsdp"] = [], {}
     if together:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
@@ -347,6 +354,8 @@ def _compute(
         bandwidth.append({"bytes": 3.0 * elements * x.element_size(), "seconds": seconds})
         del x, y, z
     say("memory bandwidth")
+    conv = _conv(torch, dev, dtype, timed, device)
+    say("convolution")
     work, (x,) = pointwise_block(device)
     work = work.to(device=dev, dtype=dtype)
     x = x.to(device=dev, dtype=dtype).requires_grad_(True)
@@ -356,7 +365,23 @@ def _compute(
     tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
     launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
     say("dispatching an operator")
-    return {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "pointwise": pointwise, "launch": launch}
+    found = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "pointwise": pointwise, "launch": launch}
+    return {**found, "conv": conv}
+
+
+def _conv(torch: Any, dev: Any, dtype: Any, timed: Callable[[Callable[[], Any]], float], device: str) -> dict:
+    """A 3 x 3 convolution (padding 1, as a ResNet's), forward and backward (input and weight
+    gradients): its seconds and its forward flops."""
+    import torch.nn.functional as F
+
+    b, c, side = (8, 64, 32) if device == "cpu" else (32, 256, 56)
+    x = torch.randn(b, c, side, side, device=dev, dtype=dtype, requires_grad=True)
+    w = torch.randn(c, c, 3, 3, device=dev, dtype=dtype, requires_grad=True)
+
+    def run() -> None:
+        F.conv2d(x, w, padding=1).sum().backward()
+
+    return {"batch": b, "channels": c, "side": side, "flops": 2.0 * b * side * side * c * c * 9, "seconds": timed(run)}
 
 
 def pointwise_block(device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
@@ -419,6 +444,7 @@ def _slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     out["attention"]["tflops"] = work / out["attention"]["seconds"]
     out["launch"] = max(r["launch"] for r in ranks)
     out["pointwise"] = max(r["pointwise"] for r in ranks)
+    out["conv"] = {**first["conv"], "seconds": max(r["conv"]["seconds"] for r in ranks)}
     out["fsdp"] = {k: max(r["fsdp"][k] for r in ranks) for k in first["fsdp"]}
     return out
 
@@ -466,6 +492,8 @@ def profile(
     peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
     hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
     streamed = _priced_pointwise(device, hbm)
+    conv = found["conv"]  # forward and both gradients: three products' work, priced on the fitted curve
+    conv_efficiency = min(1.0, 3.0 * (conv["flops"] + half) / rate / conv["seconds"])
     stream_efficiency = min(1.0, streamed / found["pointwise"])
     collectives: list[dict[str, Any]] = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found["collectives"]]
     link_bw, latency, hooks = hbm * 1e9, 0.0, 0.0
@@ -488,6 +516,7 @@ def profile(
         step_overhead_ms=0.0,
         op_overhead_us=hooks * 1e6,
         launch_us=launch * 1e6,
+        conv_efficiency=max(conv_efficiency, 1e-3),
         grad_bucket_mb=0.0,  # the runtime reduces each module's gradients on their own
     )
     label = name or f"profiled-{device}"
@@ -514,7 +543,8 @@ def profile(
     fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
     fit["latency_us"], fit["launch_us"], fit["fsdp_us"] = latency * 1e6, launch * 1e6, hooks * 1e6
     fit["pointwise_ms"], fit["pointwise_priced_ms"] = found["pointwise"] * 1e3, streamed * 1e3
-    fit["stream_efficiency"] = stream_efficiency
+    fit["stream_efficiency"], fit["conv_efficiency"] = stream_efficiency, conv_efficiency
+    fit["conv_tflops"] = 3.0 * conv["flops"] / conv["seconds"] / 1e12
     return Profile(
         device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
