@@ -1,7 +1,8 @@
 """Close the loop on this machine: profile it, plan small and mid-size models on it, run every
 strategy that runs, and hold each prediction against the measured step.
 
-1. `stratopt profile` measures this machine (or `--machine FILE` takes a machine file);
+1. `stratopt profile` measures this machine before each model (or `--machine FILE` takes a
+   machine file for all of them);
 2. each model (Hugging Face configurations written here: two decoders, an MoE, a CNN) is planned on
    it at `--world` devices with `--expressible torch`, and the plan and every baseline that runs are
    exported (`plan --export-all`); the plan with every block recomputed and the best two-stage
@@ -80,14 +81,21 @@ def main() -> None:
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench_loop_"))
-    machine = args.machine
-    if machine is None:
+
+    def machine_now(name: str) -> str:
+        """The machine file to price ``name`` on: ``--machine``, else this machine profiled now (a
+        shared machine's speed drifts: each model is priced on a profile taken just before it runs)."""
+        if args.machine is not None:
+            return str(args.machine)
         found = profile("cpu", args.world, name="this-cpu")
-        machine = str(folder / "machine.json")
-        write_machine(found.machine, machine)
-        print(f"profiled in {found.seconds:.0f} s: {found.machine.description}", file=sys.stderr)
+        path = str(folder / f"machine-{name}.json")
+        write_machine(found.machine, path)
+        print(f"{name}: profiled in {found.seconds:.0f} s", file=sys.stderr)
+        return path
+
+    where = args.machine or f"a profile of this machine taken before each model ({folder})"
     print(
-        f"machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; priced on {machine}\n"
+        f"machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; priced on {where}\n"
     )
     models = configs(folder)
     rows = []
@@ -96,6 +104,7 @@ def main() -> None:
     verdicts = []
     for name in args.models.split(","):
         entry = models[name]
+        machine = machine_now(name)
         started = time.perf_counter()
         result = plan(entry, 1, args.world, machine=machine, simulate=False, expressible="torch")
         written = result.export_all(folder / name / "plans")

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 from stratopt.cli import main
 from stratopt.machine import calibration_of, get_machine
 from stratopt.planning import plan
-from stratopt.torch.profile import KINDS, fit_gemm, fit_links
+from stratopt.torch.profile import KINDS, fit_gemm, fit_links, kind_efficiency
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,14 @@ def test_json_lists_every_measurement_and_the_fit_reproduces_them(profiled) -> N
     # the convolution's, its rate over the fitted products' curve at its work (at most 1)
     assert 0 < fit["conv_efficiency"] <= 1 and fit["conv_tflops"] > 0
     assert data["machine"]["calibration"]["conv_efficiency"] == pytest.approx(fit["conv_efficiency"])
-    bw, lat = fit_links(data["collectives"], 2)
+    # the links are fitted to the all-reduces and the messages; gathers and reduce-scatters get
+    # their speed against those links (at most 1)
+    links = [r for r in data["collectives"] if r["kind"] in ("all_reduce", "send_recv")]
+    bw, lat = fit_links(links, 2)
+    calibration = data["machine"]["calibration"]
+    for kind, key in (("all_gather", "gather_efficiency"), ("reduce_scatter", "scatter_efficiency")):
+        assert 0 < calibration[key] <= 1
+        assert calibration[key] == pytest.approx(kind_efficiency(data["collectives"], 2, bw, lat, kind))
     assert bw / 1e9 == pytest.approx(data["machine"]["intra_gbps"]) and lat * 1e6 == pytest.approx(
         data["machine"]["intra_latency_us"]
     )
@@ -207,3 +214,35 @@ def test_convolutions_are_priced_at_their_measured_rate() -> None:
             assert float(y.compute[0] - x.compute[0]) == pytest.approx(product, rel=1e-9)
         else:
             assert float(y.compute[0]) == pytest.approx(float(x.compute[0]))
+
+
+def test_fsdp_collectives_are_priced_at_their_measured_speed() -> None:
+    """Gathers at half the links' ring speed and reduce-scatters at a quarter: every sharded
+    configuration's two weight gathers cost twice the ring formula and its reduce-scatter four
+    times; unsharded configurations are unchanged."""
+    import dataclasses
+
+    from stratopt.cost import build
+    from stratopt.graph.zoo import alexnet
+
+    base = get_machine("h100")
+    slow = dataclasses.replace(
+        base,
+        calibration=tuple(
+            sorted({**dict(base.calibration), "gather_efficiency": 0.5, "scatter_efficiency": 0.25}.items())
+        ),
+    )
+    a = build(alexnet(), 4, profile="default", machine=base, shard_weights=True)
+    b = build(alexnet(), 4, profile="default", machine=slow, shard_weights=True)
+    checked = 0
+    for v, (x, y) in enumerate(zip(a.vertex_costs, b.vertex_costs, strict=True)):
+        for c in range(len(x.comm)):
+            if not a.is_sharded(v, c):
+                assert float(y.comm[c]) == pytest.approx(float(x.comm[c]))
+                continue
+            ring = float(x.weight_gather[c]) / 2.0  # one gather at the ring formula's speed
+            assert float(y.weight_gather[c]) == pytest.approx(2.0 * 2.0 * ring)
+            assert float(y.phases()[2][c]) == pytest.approx(4.0 * ring)
+            assert float(y.comm[c] - x.comm[c]) == pytest.approx(2.0 * ring + 3.0 * ring)
+            checked += 1
+    assert checked > 0

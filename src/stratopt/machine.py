@@ -164,6 +164,8 @@ class Calibration:
     a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets;
     ``conv_efficiency``: convolutions' rate over the products' at the same work (1: as fast; on a CPU
     they are slower), as ``stratopt profile`` measures it; 1 on the presets;
+    ``gather_efficiency``, ``scatter_efficiency``: FSDP's all-gathers' and reduce-scatters' speed
+    against the ring formula on the links (1 on the presets; ``stratopt profile`` measures them);
     ``grad_bucket_mb``: data parallelism all-reduces the weight gradients in buckets of this many MB,
     each gradient paying its share of a collective's latency (25: PyTorch DDP's default, the
     presets'); 0: each module's gradients in a collective of their own, as stratopt's runtime
@@ -186,6 +188,8 @@ class Calibration:
     # measured by `stratopt profile`, not fitted: the published runs are on GPUs, where it hides
     launch_us: float = 0.0
     conv_efficiency: float = 1.0
+    gather_efficiency: float = 1.0
+    scatter_efficiency: float = 1.0
     grad_bucket_mb: float = 25.0
 
     def __post_init__(self) -> None:

@@ -90,6 +90,7 @@ class DefaultProfile(EdgePricing):
         #: the links collectives and messages run on (their achieved bandwidth)
         self.links = machine
         self.attention_flops, self.gemm_half, self.conv_efficiency = self.flops, 0.0, 1.0
+        self.gathers = self.scatters = 1.0
         self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
         self.bucket = self.BUCKET_BYTES
         if self.calibrated:
@@ -106,6 +107,7 @@ class DefaultProfile(EdgePricing):
             self.step_overhead = c.step_overhead_ms * 1e3
             self.bucket = c.grad_bucket_mb * 1e6
             self.conv_efficiency = c.conv_efficiency
+            self.gathers, self.scatters = c.gather_efficiency, c.scatter_efficiency
 
     def _ar(self, elems: np.ndarray, group: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
         return self.links.all_reduce(elems * self.dtype_bytes, group, spans) * _US
@@ -321,7 +323,8 @@ class DefaultProfile(EdgePricing):
         cfg = configs.astype(np.float64)
         reps, spans = replicas(op, cfg)
         held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
-        gather = self.links.all_gather(held * self.dtype_bytes, reps, spans) * _US
+        ring = self.links.all_gather(held * self.dtype_bytes, reps, spans) * _US
+        gather, scatter = ring / self.gathers, ring / self.scatters
         fwd, _, sync = base.phases()
         saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / reps)
         # gathered for the forward pass and again for the backward; the optimizer steps on 1/r;
@@ -333,10 +336,10 @@ class DefaultProfile(EdgePricing):
         # as one all-gather); the tile is gathered for the forward pass and again for the backward
         return VertexCosts(
             base.compute - optimizer + hooks,
-            base.comm - sync + 3.0 * gather,
+            base.comm - sync + 2.0 * gather + scatter,
             base.memory - saved,
             fwd + gather,
-            gather,
+            scatter,
             base.forward_compute,
             2.0 * gather,
             None if base.per_step is None else base.per_step - optimizer,

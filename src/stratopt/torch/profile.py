@@ -24,9 +24,11 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
   from 4 KB to 16 MB, each issued right after a matrix product, as training issues them between
   its operators (the product's own time taken off: on a CPU a collective between ranks that
   compute costs several times what one issued back to back does, gloo's threads waiting for the
-  cores); one bandwidth and one latency per message fitted to all of them by the ring
-  formulas the machine model uses (:mod:`stratopt.machine`): the links inside a node. One machine
-  is measured, so the network between nodes is taken as the same;
+  cores); one bandwidth and one latency per message fitted to the all-reduces and the messages by
+  the ring formulas the machine model uses (:mod:`stratopt.machine`): the links inside a node (one
+  machine is measured, so the network between nodes is taken as the same); the all-gathers' and
+  reduce-scatters' speed against those links is ``gather_efficiency`` and ``scatter_efficiency``
+  (:func:`kind_efficiency`; gloo's run well below the ring formula's);
 - **FSDP's own work**: a chain of linear modules each sharded by ``fully_shard``, against the same
   chain unsharded, beyond its collectives, per module and pass: ``op_overhead_us``.
 
@@ -56,7 +58,7 @@ from stratopt.importers.pytorch import from_torch
 from stratopt.machine import Calibration, Machine
 from stratopt.torch.launch import backend, run_ranks
 
-__all__ = ["KINDS", "Profile", "bar", "fit_gemm", "fit_links", "profile"]
+__all__ = ["KINDS", "Profile", "bar", "fit_gemm", "fit_links", "kind_efficiency", "profile"]
 
 #: The collectives measured, as the machine model names them.
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -175,6 +177,23 @@ def fit_links(rows: list[dict[str, Any]], world: int) -> tuple[float, float]:
     if lat < 0 or inv_bw <= 0:
         inv_bw, lat = float(np.sum(x[:, 0] * t) / np.sum(x[:, 0] ** 2)), 0.0
     return 1.0 / float(inv_bw), float(lat)
+
+
+def kind_efficiency(rows: list[dict[str, Any]], world: int, bandwidth: float, latency: float, kind: str) -> float:
+    """How fast ``kind`` runs against the links fitted to the others: the median, over its messages
+    of 1 MB and more, of the ring formula's seconds over the measured ones, at most 1.
+
+    >>> rows = [{"kind": "all_gather", "bytes": n, "seconds": 2 * (0.5 * n / 1e9 + 1e-5)} for n in (1e6, 4e6)]
+    >>> kind_efficiency(rows, 2, 1e9, 1e-5, "all_gather")
+    0.5
+    """
+    factor, steps = _RING[kind](world)
+    ratios = [
+        (factor * r["bytes"] / bandwidth + steps * latency) / r["seconds"]
+        for r in rows
+        if r["kind"] == kind and r["bytes"] >= 1 << 20
+    ]
+    return min(1.0, float(statistics.median(ratios))) if ratios else 1.0
 
 
 def _at_size(dist: Any, rank: int, world: int, nbytes: int, device: Any, pair: tuple[Any, Any]) -> list[dict[str, Any]]:
@@ -496,13 +515,18 @@ def profile(
     conv_efficiency = min(1.0, 3.0 * (conv["flops"] + half) / rate / conv["seconds"])
     stream_efficiency = min(1.0, streamed / found["pointwise"])
     collectives: list[dict[str, Any]] = [{**r, "gbps": r["bytes"] / r["seconds"] / 1e9} for r in found["collectives"]]
-    link_bw, latency, hooks = hbm * 1e9, 0.0, 0.0
+    link_bw, latency, hooks, gathers, scatters = hbm * 1e9, 0.0, 0.0, 1.0, 1.0
     if collectives:
-        link_bw, latency = fit_links(collectives, world)
+        # the links from the all-reduces and messages (data parallelism's, tensor parallelism's,
+        # a pipeline's); gathers and reduce-scatters as fractions of what those links give them
+        link_bw, latency = fit_links([r for r in collectives if r["kind"] in ("all_reduce", "send_recv")], world)
+        gathers = kind_efficiency(collectives, world, link_bw, latency, "all_gather")
+        scatters = kind_efficiency(collectives, world, link_bw, latency, "reduce_scatter")
         # FSDP's own work per module and pass: the sharded chain's time beyond the plain chain's and
         # beyond its collectives (two gathers and a reduce-scatter of each module's weights)
         sharded = found["fsdp"]
-        moved = 3.0 * ((world - 1.0) / world * sharded["bytes"] / link_bw + (world - 1.0) * latency)
+        one = (world - 1.0) / world * sharded["bytes"] / link_bw + (world - 1.0) * latency
+        moved = one * (2.0 / gathers + 1.0 / scatters)
         hooks = max(0.0, (sharded["sharded"] - sharded["plain"]) / sharded["modules"] - moved) / 3.0
     launch = found["launch"]
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -517,6 +541,8 @@ def profile(
         op_overhead_us=hooks * 1e6,
         launch_us=launch * 1e6,
         conv_efficiency=max(conv_efficiency, 1e-3),
+        gather_efficiency=max(gathers, 1e-3),
+        scatter_efficiency=max(scatters, 1e-3),
         grad_bucket_mb=0.0,  # the runtime reduces each module's gradients on their own
     )
     label = name or f"profiled-{device}"
@@ -545,6 +571,7 @@ def profile(
     fit["pointwise_ms"], fit["pointwise_priced_ms"] = found["pointwise"] * 1e3, streamed * 1e3
     fit["stream_efficiency"], fit["conv_efficiency"] = stream_efficiency, conv_efficiency
     fit["conv_tflops"] = 3.0 * conv["flops"] / conv["seconds"] / 1e12
+    fit["gather_efficiency"], fit["scatter_efficiency"] = gathers, scatters
     return Profile(
         device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
