@@ -143,12 +143,12 @@ def test_pointwise_work_is_priced_by_its_streams() -> None:
     """The block ``profile`` times for its pointwise work is priced by memory streams alone: twice
     the bandwidth, half the time; and it holds no product (its work is what the products leave)."""
     from stratopt.importers.pytorch import from_torch
-    from stratopt.torch.profile import _priced_pointwise, pointwise_block
+    from stratopt.torch.probes import pointwise_block, priced_pointwise
 
     graph = from_torch(*pointwise_block("cpu"))
     assert {op.op for op in graph.operators} >= {"norm", "elementwise", "softmax"}
     assert not any(op.op in ("gemm", "conv") for op in graph.operators)
-    slow, fast = _priced_pointwise("cpu", 10.0), _priced_pointwise("cpu", 20.0)
+    slow, fast = priced_pointwise("cpu", 10.0), priced_pointwise("cpu", 20.0)
     assert slow > 0 and fast == pytest.approx(slow / 2)
     # 4096 x 512 float32 elements: every operator streams them at least twice (read, write) forward
     assert slow >= len(graph.operators) * 2 * 4096 * 512 * 4 / 10e9
@@ -246,3 +246,25 @@ def test_fsdp_collectives_are_priced_at_their_measured_speed() -> None:
             assert float(y.comm[c] - x.comm[c]) == pytest.approx(2.0 * ring + 3.0 * ring)
             checked += 1
     assert checked > 0
+
+
+def test_the_report_names_every_fitted_figure(profiled, capsys) -> None:
+    """``profile``'s text report (rendered here from the run's JSON) gives the products' curve, the
+    pointwise work's and the convolution's efficiencies, and the links with the gathers' and
+    reduce-scatters' share of them."""
+    from stratopt.report import print_profile
+    from stratopt.torch.profile import Profile
+
+    path, _, data = profiled
+    keys = ("device", "world", "backend", "dtype", "gemm", "attention", "bandwidth", "collectives")
+    found = Profile(*(data[k] for k in keys), get_machine(str(path)), data["seconds"], data["fit"])
+    print_profile(found, str(path), None)
+    out = capsys.readouterr().out
+    fit = data["fit"]
+    assert f"{fit['stream_efficiency']:.0%} of the memory's bandwidth" in out
+    assert f"{fit['conv_efficiency']:.0%} of a product's rate at its work" in out
+    assert (
+        f"all-gathers at {fit['gather_efficiency']:.0%} of that, reduce-scatters at {fit['scatter_efficiency']:.0%}"
+        in out
+    )
+    assert out.strip().endswith(f"wrote {path} (use it as --machine {path})")

@@ -579,7 +579,8 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
         _print_rows(rows, right=set(range(len(kinds) + 1)))
         print(
             f"links ({found.backend}, {found.world} ranks, each collective after a product): {m.intra_gbps:.3g} GB/s, "
-            f"{m.intra_latency_us:.3g} us a message"
+            f"{m.intra_latency_us:.3g} us a message; all-gathers at {fit['gather_efficiency']:.0%} of that, "
+            f"reduce-scatters at {fit['scatter_efficiency']:.0%}"
         )
     if output is not None:
         print(f"wrote {output} (use it as --machine {output})")

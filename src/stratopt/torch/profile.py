@@ -14,7 +14,7 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
   ``hbm_gbps`` (smaller ones are shown beside it);
 - **a convolution** (3 x 3, forward and both gradients) against the products' fitted curve at its
   work: ``conv_efficiency``;
-- **pointwise work** (:func:`pointwise_block`: norms, GELU, SiLU, softmax, a residual add),
+- **pointwise work** (:func:`~stratopt.torch.probes.pointwise_block`: norms, GELU, SiLU, softmax, a residual add),
   forward and backward, against what the ``default`` profile prices its streams at:
   ``hbm_efficiency``;
 - **dispatch**: a chain of small linear modules forward and backward, per module and pass:
@@ -51,11 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.cost.costing import build
-from stratopt.cost.default import DefaultProfile
 from stratopt.errors import ModelError
-from stratopt.importers.pytorch import from_torch
 from stratopt.machine import Calibration, Machine
+from stratopt.torch import probes
 from stratopt.torch.launch import backend, run_ranks
 
 __all__ = ["KINDS", "Profile", "bar", "fit_gemm", "fit_links", "kind_efficiency", "profile"]
@@ -134,13 +132,6 @@ def _timed(
         times.append(took)
         spent += took
     return float(statistics.median(times))
-
-
-def _shapes(device: str) -> list[tuple[int, int, int]]:
-    """Products measured: squares across sizes, and tall, wide and thin shapes."""
-    sizes = (64, 128, 256, 512, 1024, 1536) if device == "cpu" else (256, 512, 1024, 2048, 4096, 8192)
-    big = sizes[-2]
-    return [(s, s, s) for s in sizes] + [(4 * big, big // 2, big // 2), (big // 2, 4 * big, big // 2), (big, big, 64)]
 
 
 def fit_gemm(rows: list[dict[str, float]]) -> tuple[float, float]:
@@ -288,7 +279,7 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
 
     device, sizes, show, window, repeat = payload
     together = world > 1
-    total, done = repeat * (len(_shapes(device)) + 5) + 2 * together, 0
+    total, done = repeat * (len(probes.shapes(device)) + 5) + 2 * together, 0
 
     def say(what: str) -> None:
         nonlocal done
@@ -357,13 +348,13 @@ def _compute(
     """One round of the figures each rank measures alone: products, attention, bandwidth, the
     pointwise work of a block and dispatch."""
     gemm = []
-    for m, n, k in _shapes(device):
+    for m, n, k in probes.shapes(device):
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
         seconds = timed(partial(torch.matmul, a, b))
         flops = 2.0 * m * n * k
         gemm.append({"m": m, "n": n, "k": k, "flops": flops, "seconds": seconds})
         say(f"matrix product {m} x {k} x {n}")
-    attention = _attention(torch, dev, dtype, timed, device)
+    attention = probes.attention(torch, dev, dtype, timed, device)
     say("fused attention")
     bandwidth = []
     for elements in (1 << 20, 1 << 22, 1 << 25) if device == "cpu" else (1 << 24, 1 << 26, 1 << 28):
@@ -373,9 +364,9 @@ def _compute(
         bandwidth.append({"bytes": 3.0 * elements * x.element_size(), "seconds": seconds})
         del x, y, z
     say("memory bandwidth")
-    conv = _conv(torch, dev, dtype, timed, device)
+    conv = probes.conv(torch, dev, dtype, timed, device)
     say("convolution")
-    work, (x,) = pointwise_block(device)
+    work, (x,) = probes.pointwise_block(device)
     work = work.to(device=dev, dtype=dtype)
     x = x.to(device=dev, dtype=dtype).requires_grad_(True)
     pointwise = timed(partial(_step, work, x))
@@ -388,68 +379,10 @@ def _compute(
     return {**found, "conv": conv}
 
 
-def _conv(torch: Any, dev: Any, dtype: Any, timed: Callable[[Callable[[], Any]], float], device: str) -> dict:
-    """A 3 x 3 convolution (padding 1, as a ResNet's), forward and backward (input and weight
-    gradients): its seconds and its forward flops."""
-    import torch.nn.functional as F
-
-    b, c, side = (8, 64, 32) if device == "cpu" else (32, 256, 56)
-    x = torch.randn(b, c, side, side, device=dev, dtype=dtype, requires_grad=True)
-    w = torch.randn(c, c, 3, 3, device=dev, dtype=dtype, requires_grad=True)
-
-    def run() -> None:
-        F.conv2d(x, w, padding=1).sum().backward()
-
-    return {"batch": b, "channels": c, "side": side, "flops": 2.0 * b * side * side * c * c * 9, "seconds": timed(run)}
-
-
-def pointwise_block(device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
-    """A transformer block's work besides its products, as a module and its example input (float32):
-    a layer norm, the tanh GELU, a gated SiLU, an RMS norm, a softmax and a residual add, over
-    4096 rows of 512 (a GPU: 16384 of 4096). ``profile`` times it forward and backward and prices it
-    with the ``default`` profile's streams: their ratio is how fast such work streams memory here."""
-    import torch
-    import torch.nn.functional as F
-
-    rows, width = (4096, 512) if device == "cpu" else (16384, 4096)
-
-    class Pointwise(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(width)
-            self.scale = torch.nn.Parameter(torch.ones(width))
-
-        def forward(self, x: Any) -> Any:
-            h = F.gelu(self.norm(x), approximate="tanh")
-            g = F.silu(h) * x
-            r = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
-            return torch.softmax(r, dim=-1) + x
-
-    torch.manual_seed(0)
-    return Pointwise(), (torch.randn(rows, width),)
-
-
 def bar(what: str, done: int, total: int, width: int = 20) -> str:
     """One line of a progress bar: ``profile [#####.....] 5/10 what``."""
     filled = round(width * done / max(total, 1))
     return f"profile [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}"
-
-
-def _attention(torch: Any, dev: Any, dtype: Any, timed: Callable[[Callable[[], Any]], float], device: str) -> dict:
-    """Fused causal attention, forward and backward: its seconds and its rate on the causal half of
-    its two products, counted as 3.5 forward passes (how the profile prices it)."""
-    import torch.nn.functional as F
-
-    b, h, s, d = (2, 8, 512, 64) if device == "cpu" else (8, 16, 2048, 128)
-    q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
-    grad = torch.randn(b, h, s, d, device=dev, dtype=dtype)
-
-    def attend() -> None:
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
-
-    seconds = timed(attend)
-    work = 2.0 * (2.0 * b * h * s * s * d) * 0.5  # two products, the causal half
-    return {"batch": b, "heads": h, "seq": s, "head_dim": d, "seconds": seconds, "tflops": 3.5 * work / seconds / 1e12}
 
 
 def _slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -510,7 +443,7 @@ def profile(
     rate, half = fit_gemm(gemm)
     peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
     hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
-    streamed = _priced_pointwise(device, hbm)
+    streamed = probes.priced_pointwise(device, hbm)
     conv = found["conv"]  # forward and both gradients: three products' work, priced on the fitted curve
     conv_efficiency = min(1.0, 3.0 * (conv["flops"] + half) / rate / conv["seconds"])
     stream_efficiency = min(1.0, streamed / found["pointwise"])
@@ -576,18 +509,6 @@ def profile(
         device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
     )  # fmt: skip
-
-
-def _priced_pointwise(device: str, hbm_gbps: float) -> float:
-    """Seconds the ``default`` profile prices :func:`pointwise_block` at, forward and backward, with
-    memory streaming at ``hbm_gbps`` (its streams alone: no calibration, so no dispatch)."""
-    graph = from_torch(*pointwise_block(device), name="pointwise")
-    bare = Machine(
-        "stream", peak_tflops=1.0, memory_gb=1.0, hbm_gbps=hbm_gbps, devices_per_node=1, intra_gbps=1.0,
-        inter_gbps=1.0, dtype_bytes=4 if device == "cpu" else 2,
-    )  # fmt: skip
-    costing = build(graph, 1, profile=DefaultProfile(bare), machine=bare)
-    return sum(float(vc.compute[0]) for vc in costing.vertex_costs) * 1e-6
 
 
 def _memory_gb(torch: Any, device: str, world: int) -> float:
