@@ -233,3 +233,34 @@ def test_default_edge_prices_the_fan_out_to_more_devices():
     expected = 2 * DATASHEET_H100.transfer(np.array(tile * 2.0), np.array(2.0)) * 1e6
     assert profile.edge(first, out, by_batch, second, use, fanned)[0, 0] == pytest.approx(float(expected))
     assert profile.edge(first, out, by_batch, second, use, batch_only)[0, 0] == 0.0  # the same tiles
+
+
+def test_a_norms_weights_have_their_gradient_reduced():
+    """A layer norm with a scale and a shift, its rows split over 4 devices (data parallelism):
+    its gradient-sync phase is a ring all-reduce of those 2 x 1024 values over the 4 replicas (a
+    whole one where the calibration reduces each module's gradients on its own); with its feature
+    axis split too the replicas are 2; without weights, nothing."""
+    import dataclasses
+
+    h100 = get_machine("h100")
+    whole = dataclasses.replace(
+        h100, calibration=tuple(sorted({**dict(h100.calibration), "grad_bucket_mb": 0.0}.items()))
+    )
+    checked = 0
+    for weights in (2, 0):
+        g = GraphBuilder("norm")
+        g.layernorm(g.input((64, 1024)), weights=weights)
+        c = build(g.build(), 4, profile="default", machine=whole)
+        net = dict(h100.calibration)["network_efficiency"]
+        for row, cfg in enumerate(c.configs[0]):
+            sync = float(c.vertex_costs[0].phases()[2][row])
+            replicas = int(cfg[0])  # the rows' split: the devices that hold the same weights
+            if weights == 0 or replicas == 1:
+                assert sync == 0.0
+                continue
+            held = 2 * 1024 / int(cfg[1]) * whole.dtype_bytes
+            ring = 2 * (replicas - 1) / replicas * held / (whole.intra_gbps * 1e9 * net)
+            expected = (ring + 2 * (replicas - 1) * whole.intra_latency_us * 1e-6) * 1e6
+            assert sync == pytest.approx(expected, rel=1e-9), config_label(c.graph.operators[0], cfg)
+            checked += 1
+    assert checked >= 2  # rows split 4 ways, and 2 ways with the features split 2
