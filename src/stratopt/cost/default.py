@@ -332,8 +332,9 @@ class DefaultProfile(EdgePricing):
         # cost per pass of every product whose weights it shards
         optimizer = self._optimizer(op, held) * (1.0 - 1.0 / reps)
         hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
-        # the bucketed all-reduce of the gradient becomes FSDP's reduce-scatter (per unit, as long
-        # as one all-gather); the tile is gathered for the forward pass and again for the backward
+        # the bucketed all-reduce of the gradient becomes FSDP's reduce-scatter (per unit: the ring
+        # formula of one all-gather, at the reduce-scatters' speed); the tile is gathered for the
+        # forward pass and again for the backward, at the gathers' speed
         return VertexCosts(
             base.compute - optimizer + hooks,
             base.comm - sync + 2.0 * gather + scatter,

@@ -302,21 +302,7 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
         return _timed(run, clock, least=window, most=400)
 
     rounds = [_compute(torch, dev, dtype, timed, device, say) for _ in range(repeat)]
-    gemm = [
-        {**row, "seconds": statistics.median(r["gemm"][i]["seconds"] for r in rounds)}
-        for i, row in enumerate(rounds[0]["gemm"])
-    ]
-    bandwidth = [
-        {**row, "seconds": statistics.median(r["bandwidth"][i]["seconds"] for r in rounds)}
-        for i, row in enumerate(rounds[0]["bandwidth"])
-    ]
-    attention = {**rounds[0]["attention"], "seconds": statistics.median(r["attention"]["seconds"] for r in rounds)}
-    attention["tflops"] = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"] / attention["seconds"]
-    launch = statistics.median(r["launch"] for r in rounds)
-    pointwise = statistics.median(r["pointwise"] for r in rounds)
-    conv = {**rounds[0]["conv"], "seconds": statistics.median(r["conv"]["seconds"] for r in rounds)}
-    found: dict[str, Any] = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "launch": launch}
-    found["pointwise"], found["conv"] = pointwise, conv
+    found: dict[str, Any] = _combined(rounds, statistics.median)
     found["collectives"], found["fsdp"] = [], {}
     if together:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in 2.13
@@ -345,8 +331,8 @@ def _compute(
     device: str,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """One round of the figures each rank measures alone: products, attention, bandwidth, the
-    pointwise work of a block and dispatch."""
+    """One round of the figures each rank measures alone: products, attention, bandwidth, a
+    convolution, the pointwise work of a block and dispatch."""
     gemm = []
     for m, n, k in probes.shapes(device):
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
@@ -375,8 +361,29 @@ def _compute(
     tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
     launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
     say("dispatching an operator")
-    found = {"gemm": gemm, "attention": attention, "bandwidth": bandwidth, "pointwise": pointwise, "launch": launch}
-    return {**found, "conv": conv}
+    return {
+        "gemm": gemm, "attention": attention, "bandwidth": bandwidth, "conv": conv, "pointwise": pointwise,
+        "launch": launch,
+    }  # fmt: skip
+
+
+def _combined(rounds: list[dict[str, Any]], pick: Callable[[list[float]], float]) -> dict[str, Any]:
+    """The first round's figures with every time ``pick`` of the rounds' (their median across
+    rounds, the slowest across ranks); the attention's rate follows its time."""
+    first = dict(rounds[0])
+    for key in ("gemm", "bandwidth", "collectives"):
+        if key in first:
+            rows = first[key]
+            first[key] = [
+                {**row, "seconds": pick([r[key][i]["seconds"] for r in rounds])} for i, row in enumerate(rows)
+            ]
+    for key in ("attention", "conv"):
+        first[key] = {**first[key], "seconds": pick([r[key]["seconds"] for r in rounds])}
+    work = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"]
+    first["attention"]["tflops"] = work / first["attention"]["seconds"]
+    for key in ("launch", "pointwise"):
+        first[key] = pick([r[key] for r in rounds])
+    return first
 
 
 def bar(what: str, done: int, total: int, width: int = 20) -> str:
@@ -387,17 +394,8 @@ def bar(what: str, done: int, total: int, width: int = 20) -> str:
 
 def _slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank 0's figures with each time the slowest rank's (a step ends when its slowest rank does)."""
-    first = ranks[0]
-    out = dict(first)
-    for key in ("gemm", "bandwidth", "collectives"):
-        out[key] = [{**row, "seconds": max(r[key][i]["seconds"] for r in ranks)} for i, row in enumerate(first[key])]
-    out["attention"] = {**first["attention"], "seconds": max(r["attention"]["seconds"] for r in ranks)}
-    work = first["attention"]["tflops"] * first["attention"]["seconds"]
-    out["attention"]["tflops"] = work / out["attention"]["seconds"]
-    out["launch"] = max(r["launch"] for r in ranks)
-    out["pointwise"] = max(r["pointwise"] for r in ranks)
-    out["conv"] = {**first["conv"], "seconds": max(r["conv"]["seconds"] for r in ranks)}
-    out["fsdp"] = {k: max(r["fsdp"][k] for r in ranks) for k in first["fsdp"]}
+    out = _combined(ranks, max)
+    out["fsdp"] = {k: max(r["fsdp"][k] for r in ranks) for k in ranks[0]["fsdp"]}
     return out
 
 
