@@ -1,12 +1,13 @@
 """Close the loop on this machine: profile it, plan small and mid-size models on it, run every
 strategy that runs, and hold each prediction against the measured step.
 
-1. `stratopt profile` measures this machine before each model (or `--machine FILE` takes a
-   machine file for all of them);
+1. `stratopt profile` measures this machine before each model (on `--device cuda`, once, in
+   float32, what `train` runs in; or `--machine FILE` takes a machine file for all of them);
 2. each model (Hugging Face configurations written here: two decoders, an MoE, a CNN) is planned on
    it at `--world` devices with `--expressible torch`, and the plan and every baseline that runs are
    exported (`plan --export-all`); the plan with every block recomputed and the best two-stage
-   pipeline PyTorch runs (`--stages 2 --microbatches auto`) are exported beside them;
+   pipeline PyTorch runs (`--stages 2 --microbatches auto`) are exported beside them (at world 1,
+   where no pipeline has two stages: the plan with 4 micro-batches of gradient accumulation);
 3. each strategy runs `--steps` AdamW steps with `stratopt train` on `--world` ranks, in `--rounds`
    rounds (the second in the reverse order); the measured step is the median after the first, of
    the round that measured it fastest (the least disturbed by the machine's drifts).
@@ -16,6 +17,7 @@ strategy predicted fastest measures within 10% of the fastest measured, then the
 |predicted / measured - 1|. The machine is recorded above the table.
 
     python scripts/bench_loop.py [--world 2] [--steps 4] [--rounds 2] [--machine FILE] [--models ...]
+    python scripts/bench_loop.py --device cuda --world 1   # a GPU: plain, recomputed, accumulated
 """
 
 from __future__ import annotations
@@ -73,12 +75,14 @@ def main() -> None:
     from stratopt.torch.train import train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each strategy (the least disturbed kept)")
     parser.add_argument("--machine", help="a machine file (default: profile this machine)")
     parser.add_argument("--models", default="gpt2,llama,mixtral,resnet")
     parser.add_argument("--json", help="also write every row here")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (900)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench_loop_"))
 
@@ -87,6 +91,13 @@ def main() -> None:
         shared machine's speed drifts: each model is priced on a profile taken just before it runs)."""
         if args.machine is not None:
             return str(args.machine)
+        if args.device == "cuda":  # a GPU's speed holds still: one profile, in train's float32
+            path = str(folder / "machine-cuda.json")
+            if not Path(path).exists():
+                found = profile("cuda", args.world, name="this-gpu", dtype="float32")
+                write_machine(found.machine, path)
+                print(f"profiled {found.machine.description} in {found.seconds:.0f} s", file=sys.stderr)
+            return path
         found = profile("cpu", args.world, name="this-cpu")
         path = str(folder / f"machine-{name}.json")
         write_machine(found.machine, path)
@@ -94,8 +105,16 @@ def main() -> None:
         return path
 
     where = args.machine or f"a profile of this machine taken before each model ({folder})"
+    if args.device == "cuda" and args.machine is None:
+        where = f"a profile of this machine's GPU in float32 ({folder})"
+    card = ""
+    if args.device == "cuda":
+        import torch
+
+        card = f", {torch.cuda.get_device_name(0)} (PyTorch {torch.__version__})"
     print(
-        f"machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; priced on {where}\n"
+        f"machine: {platform.node()}: {os.cpu_count()} cores{card}, Python {platform.python_version()}; "
+        f"priced on {where}\n"
     )
     models = configs(folder)
     rows = []
@@ -117,23 +136,38 @@ def main() -> None:
                 written["recompute-full"] = str(path)
         except StratoptError as exc:
             written["recompute-full"] = str(exc)
-        try:  # two pipeline stages, the micro-batches searched
-            _, run = runnable_stages(result, stages=2, microbatches="auto")
-            path = folder / name / "plans" / "pipeline-2.json"
+        # two pipeline stages, the micro-batches searched; at world 1, 4 micro-batches accumulated
+        staged, stages, micro = ("pipeline-2", 2, "auto") if args.world > 1 else ("accumulate-4", 1, 4)
+        try:
+            _, run = runnable_stages(result, stages=stages, microbatches=micro)
+            path = folder / name / "plans" / f"{staged}.json"
             ExportedPlan.of_pipeline(result, run).write(path)
-            written["pipeline-2"] = str(path)
+            written[staged] = str(path)
         except StratoptError as exc:
-            written["pipeline-2"] = str(exc)
+            written[staged] = str(exc)
         print(f"{name}: planned in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         measured = {}
-        runnable = [s for s, path in written.items() if path.endswith(".json")]
-        for strategy in set(written) - set(runnable):
-            print(f"{name}: {strategy} not run: {written[strategy]}", file=sys.stderr)
+        runnable, layouts = [], {}
+        for strategy, path in written.items():  # each layout once (at world 1 data parallelism is the plan)
+            if not path.endswith(".json"):
+                continue
+            found = json.loads(Path(path).read_text())
+            layout = json.dumps([found.get(k) for k in ("mesh", "modules", "recompute", "pipeline")], sort_keys=True)
+            if layout in layouts:
+                print(f"{name}: {strategy} not run: the layout of {layouts[layout]}", file=sys.stderr)
+                continue
+            layouts[layout] = strategy
+            runnable.append(strategy)
+        for strategy in written:
+            if not written[strategy].endswith(".json"):
+                print(f"{name}: {strategy} not run: {written[strategy]}", file=sys.stderr)
         reports: dict[str, list] = {s: [] for s in runnable}
         for round_ in range(args.rounds):  # each round in the other order: drifts of the machine even out
             for strategy in runnable if round_ % 2 == 0 else runnable[::-1]:
                 try:
-                    reports[strategy].append(train(entry, written[strategy], args.world, args.steps, timeout=900.0))
+                    reports[strategy].append(
+                        train(entry, written[strategy], args.world, args.steps, timeout=args.timeout)
+                    )
                 except StratoptError as exc:
                     print(f"{name}: {strategy} failed: {exc}", file=sys.stderr)
         for strategy in runnable:
@@ -159,7 +193,9 @@ def main() -> None:
     if errors:
         print(f"\nmedian |predicted / measured - 1| over {len(errors)} runs: {statistics.median(errors):.1%}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"machine": json.loads(Path(machine).read_text()), "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ import pytest
 pytest.importorskip("torch")
 
 from stratopt.cli import main
+from stratopt.errors import ModelError
 from stratopt.machine import calibration_of, get_machine
 from stratopt.planning import plan
-from stratopt.torch.profile import KINDS, fit_gemm, fit_links, kind_efficiency
+from stratopt.torch.profile import KINDS, fit_gemm, fit_links, kind_efficiency, profile
 
 
 @pytest.fixture(scope="module")
@@ -118,24 +119,49 @@ def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) ->
     assert "--window must be a number of seconds in (0, 60]" in capsys.readouterr().err
     assert main(["profile", "--rounds", "0"]) == 2
     assert "--rounds must be a number of rounds in 1..20" in capsys.readouterr().err
+    with pytest.raises(ModelError, match="--dtype must be one of float32, bfloat16, got 'float16'"):
+        profile("cpu", 1, dtype="float16")
+
+
+def test_a_profile_in_bfloat16_prices_two_byte_values() -> None:
+    """``--dtype bfloat16`` measures in it and writes a machine whose values take two bytes (one
+    rank: no collectives measured)."""
+    found = profile("cpu", 1, window=0.01, rounds=1, dtype="bfloat16")
+    assert found.dtype == "bfloat16" and found.machine.dtype_bytes == 2 and not found.collectives
+    assert "(bfloat16)" in found.machine.description and found.fit["gemm_rate_tflops"] > 0
 
 
 def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
-    """A machine whose calibration says each operator costs 10 us to dispatch prices every operator
-    30 us more (three passes), and nothing else; calibrate never fits it (the runs are on GPUs)."""
+    """A machine whose calibration says an operator costs 10 us to dispatch, one with weights 5 us
+    more and a view 2 us, prices each operator three passes of its figure more, and nothing else;
+    with the dispatch hidden under the work (a GPU's queue), an operator costs the longer of the
+    two; calibrate never fits them (the runs are on GPUs)."""
     import dataclasses
 
     from stratopt.cost import build
+    from stratopt.cost.default import DefaultProfile
     from stratopt.graph.zoo import alexnet
     from stratopt.machine import Calibration
     from stratopt.planning.calibrate import FITTED
 
     base = get_machine("h100")
-    slow = dataclasses.replace(base, calibration=tuple(sorted({**dict(base.calibration), "launch_us": 10.0}.items())))
+
+    def with_(**figures: float):
+        return dataclasses.replace(base, calibration=tuple(sorted({**dict(base.calibration), **figures}.items())))
+
+    figures = {"launch_us": 10.0, "weight_launch_us": 5.0, "view_us": 2.0}
     a = build(alexnet(), 2, profile="default", machine=base)
-    b = build(alexnet(), 2, profile="default", machine=slow)
-    for x, y in zip(a.vertex_costs, b.vertex_costs, strict=True):
-        assert y.compute == pytest.approx(x.compute + 30.0) and (y.comm == x.comm).all()
+    b = build(alexnet(), 2, profile="default", machine=with_(**figures))
+    hidden = build(alexnet(), 2, profile="default", machine=with_(**figures, launch_hidden=1.0))
+    kinds = set()
+    for op, x, y, z in zip(alexnet().operators, a.vertex_costs, b.vertex_costs, hidden.vertex_costs, strict=True):
+        weighted = any(t.param for t in op.inputs) or "params" in op.attrs
+        dispatch = 6.0 if op.op in DefaultProfile.VIEWS else 30.0 + 15.0 * weighted
+        kinds.add((op.op in DefaultProfile.VIEWS, dispatch))
+        assert y.compute == pytest.approx(x.compute + dispatch) and (y.comm == x.comm).all()
+        work = x.compute - x.per_step  # Adam's step is not the operator's kernels
+        assert z.compute == pytest.approx(np.maximum(work, dispatch) + x.per_step)
+    assert kinds >= {(True, 6.0), (False, 30.0), (False, 45.0)}  # views, bare operators, weighted ones
     assert "launch_us" not in FITTED and Calibration().launch_us == 0.0
 
 
@@ -148,8 +174,9 @@ def test_pointwise_work_is_priced_by_its_streams() -> None:
     graph = from_torch(*pointwise_block("cpu"))
     assert {op.op for op in graph.operators} >= {"norm", "elementwise", "softmax"}
     assert not any(op.op in ("gemm", "conv") for op in graph.operators)
-    slow, fast = priced_pointwise("cpu", 10.0), priced_pointwise("cpu", 20.0)
+    slow, fast = priced_pointwise("cpu", 10.0, 4), priced_pointwise("cpu", 20.0, 4)
     assert slow > 0 and fast == pytest.approx(slow / 2)
+    assert priced_pointwise("cpu", 10.0, 2) == pytest.approx(slow / 2)  # half the bytes a value
     # 4096 x 512 float32 elements: every operator streams them at least twice (read, write) forward
     assert slow >= len(graph.operators) * 2 * 4096 * 512 * 4 / 10e9
 

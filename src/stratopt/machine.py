@@ -160,8 +160,12 @@ class Calibration:
     ``op_overhead_us``: a fixed cost per product and pass where FSDP shards the weights (its hooks
     around each module: gathers launched and awaited, shards freed); what keeps small models far
     from the peak in the measured runs, which all shard;
-    ``launch_us``: a fixed cost per operator and pass (dispatching it: what small operators cost on
-    a CPU beyond their work), as ``stratopt profile`` measures it; 0 on the presets;
+    ``launch_us``: a fixed cost per operator and pass (dispatching it: what small operators cost
+    beyond their work), as ``stratopt profile`` measures it; 0 on the presets; ``weight_launch_us``
+    its extra for an operator with weights (their gradients accumulated), ``view_us`` in its place
+    for a view (a reshape or transpose, which runs no kernel); ``launch_hidden``: the share of the
+    dispatch that hides under the operator's own work (0 on a CPU, which dispatches and computes in
+    turn; 1 on a GPU, whose kernels run while the next are dispatched);
     ``conv_efficiency``: convolutions' rate over the products' at the same work (1: as fast; on a CPU
     they are slower), as ``stratopt profile`` measures it; 1 on the presets;
     ``gather_efficiency``, ``scatter_efficiency``: FSDP's all-gathers' and reduce-scatters' speed
@@ -187,6 +191,9 @@ class Calibration:
     op_overhead_us: float = field(default=0.0, metadata={"fit": (0.0, 1000.0)})
     # measured by `stratopt profile`, not fitted: the published runs are on GPUs, where it hides
     launch_us: float = 0.0
+    weight_launch_us: float = 0.0
+    view_us: float = 0.0
+    launch_hidden: float = 0.0
     conv_efficiency: float = 1.0
     gather_efficiency: float = 1.0
     scatter_efficiency: float = 1.0
@@ -199,7 +206,7 @@ class Calibration:
                 raise ModelError(f"calibration: {f.name} must be a finite number up to 1e12, got {value!r}")
             if f.name.endswith("efficiency") and not 0 < value <= 1:  # a rate: the time divides by it
                 raise ModelError(f"calibration: {f.name} must lie in (0, 1], got {value!r}")
-            if value < 0 or (f.name == "overlap" and value > 1):
+            if value < 0 or (f.name in ("overlap", "launch_hidden") and value > 1):
                 raise ModelError(f"calibration: {f.name} must lie in [0, 1] (or be non-negative), got {value!r}")
 
     def to_dict(self) -> dict[str, float]:

@@ -568,6 +568,11 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
         print(
             f"convolution: {fit['conv_tflops']:.3g} TFLOP/s, {fit['conv_efficiency']:.0%} of a product's rate at its work"
         )
+    if "view_us" in fit:
+        print(
+            f"dispatch per operator and pass: {fit['launch_us']:.3g} us, {fit['weight_launch_us']:.3g} us more with "
+            f"weights, {fit['view_us']:.3g} us a view"
+        )
     if found.collectives:
         kinds = dict.fromkeys(r["kind"] for r in found.collectives)
         sizes = sorted({r["bytes"] for r in found.collectives})

@@ -357,8 +357,9 @@ def profile_cmd(args: argparse.Namespace) -> int:
     if args.output is not None and not Path(args.output).resolve().parent.is_dir():
         raise ModelError(f"{args.output}: cannot write the machine file (no such folder)")
     found = profile(
-        args.device, args.world, name=args.name, progress=not args.json, window=args.window, rounds=args.rounds
-    )
+        args.device, args.world, name=args.name, progress=not args.json, window=args.window, rounds=args.rounds,
+        dtype=args.dtype,
+    )  # fmt: skip
     if args.output is not None:
         write_machine(found.machine, args.output)
     if args.plot is not None:

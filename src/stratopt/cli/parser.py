@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="plot the measured curves")
     p.add_argument("--window", type=float, default=0.2, metavar="SEC", help="seconds of calls per figure (0.2)")
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="rounds of the figures, their median kept (3)")
+    p.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), help="what to measure in (float32 on cpu, bfloat16 on cuda)"
+    )
     _options(p, "json")
     p = _add(sub, commands.import_cmd)
     p.add_argument(

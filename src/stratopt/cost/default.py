@@ -29,7 +29,9 @@ at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomput
 and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
 of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
 FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); every operator costs
-``launch_us`` per pass (dispatching it: 0 on the presets, measured by ``stratopt profile``); Adam's
+``launch_us`` per pass (dispatching it: 0 on the presets, measured by ``stratopt profile``), one with
+weights ``weight_launch_us`` more, a view (reshape, transpose) ``view_us`` instead, of which
+``launch_hidden`` hides under the operator's own work (a GPU's queue); Adam's
 step streams 30 bytes per weight element held.
 Weight gathers (FSDP) and gradient reductions hide under up to ``overlap`` of the compute
 (:meth:`~stratopt.cost.common.VertexCosts.exposed`); ``step_overhead_ms`` is a constant per step.
@@ -79,6 +81,8 @@ class DefaultProfile(EdgePricing):
     #: Gradients are all-reduced in buckets of this many bytes (:meth:`_grad_ar`), unless the
     #: machine's calibration says otherwise (``grad_bucket_mb``).
     BUCKET_BYTES = 25e6
+    #: operators that PyTorch runs as views of their input (no kernel): ``view_us`` to dispatch
+    VIEWS = frozenset({"reshape", "transpose", "split", "unstack", "variable"})
 
     def __init__(self, machine: Machine, *, dtype_bytes: int | None = None, state_bytes: int = 8) -> None:
         self.machine = machine
@@ -92,6 +96,7 @@ class DefaultProfile(EdgePricing):
         self.attention_flops, self.gemm_half, self.conv_efficiency = self.flops, 0.0, 1.0
         self.gathers = self.scatters = 1.0
         self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
+        self.weight_launch = self.view = self.launch_hidden = 0.0
         self.bucket = self.BUCKET_BYTES
         if self.calibrated:
             c = calibration_of(machine)
@@ -104,6 +109,7 @@ class DefaultProfile(EdgePricing):
                 machine, intra_gbps=machine.intra_gbps * net, inter_gbps=machine.inter_gbps * net
             )
             self.op_overhead, self.overlap, self.launch = c.op_overhead_us, c.overlap, c.launch_us
+            self.weight_launch, self.view, self.launch_hidden = c.weight_launch_us, c.view_us, c.launch_hidden
             self.step_overhead = c.step_overhead_ms * 1e3
             self.bucket = c.grad_bucket_mb * 1e6
             self.conv_efficiency = c.conv_efficiency
@@ -152,8 +158,13 @@ class DefaultProfile(EdgePricing):
             ahead = compute / 3.5
         step = None
         if self.calibrated:  # Adam's step (once a step), and dispatching the operator in each of its 3 passes
-            step = self._optimizer(op, weight_tile(op, cfg))
-            compute = compute + step + 3.0 * self.launch
+            held = weight_tile(op, cfg)
+            step = self._optimizer(op, held)
+            if op.op in self.VIEWS:
+                dispatch = 3.0 * self.view
+            else:
+                dispatch = 3.0 * (self.launch + (self.weight_launch if np.any(held > 0) else 0.0))
+            compute = compute + step + dispatch - self.launch_hidden * np.minimum(compute, dispatch)
         return VertexCosts(compute, comm, memory, fwd, sync, ahead, per_step=step)
 
     def _optimizer(self, op: Operator, held: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from stratopt.cost.default import DefaultProfile
 from stratopt.importers.pytorch import from_torch
 from stratopt.machine import Machine
 
-__all__ = ["attention", "conv", "pointwise_block", "priced_pointwise", "shapes"]
+__all__ = ["attention", "conv", "dispatch_chains", "pointwise_block", "priced_pointwise", "shapes"]
 
 
 def shapes(device: str) -> list[tuple[int, int, int]]:
@@ -81,13 +81,35 @@ def pointwise_block(device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
     return Pointwise(), (torch.randn(rows, width),)
 
 
-def priced_pointwise(device: str, hbm_gbps: float) -> float:
+def priced_pointwise(device: str, hbm_gbps: float, dtype_bytes: int) -> float:
     """Seconds the ``default`` profile prices :func:`pointwise_block` at, forward and backward, with
-    memory streaming at ``hbm_gbps`` (its streams alone: no calibration, so no dispatch)."""
+    memory streaming at ``hbm_gbps`` and values of ``dtype_bytes`` (its streams alone: no
+    calibration, so no dispatch)."""
     graph = from_torch(*pointwise_block(device), name="pointwise")
     bare = Machine(
         "stream", peak_tflops=1.0, memory_gb=1.0, hbm_gbps=hbm_gbps, devices_per_node=1, intra_gbps=1.0,
-        inter_gbps=1.0, dtype_bytes=4 if device == "cpu" else 2,
+        inter_gbps=1.0, dtype_bytes=dtype_bytes,
     )  # fmt: skip
     costing = build(graph, 1, profile=DefaultProfile(bare), machine=bare)
     return sum(float(vc.compute[0]) for vc in costing.vertex_costs) * 1e-6
+
+
+def dispatch_chains(torch: Any, dev: Any, dtype: Any) -> dict[str, tuple[Any, Any]]:
+    """Chains of 32 tiny modules and their input, timed forward and backward for what dispatching
+    an operator costs beyond its work: ``weighted`` (linear layers: a product with weights, their
+    gradients accumulated), ``kernel`` (tanh: one kernel each way, no weights) and ``view`` (a
+    reshape, a view of its input: no kernel)."""
+
+    class Swap(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x.view(x.shape[1], x.shape[0])
+
+    def of(*modules: Any) -> Any:
+        return torch.nn.Sequential(*modules).to(device=dev, dtype=dtype)
+
+    tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
+    return {
+        "weighted": (of(*(torch.nn.Linear(8, 8) for _ in range(32))), tiny),
+        "kernel": (of(*(torch.nn.Tanh() for _ in range(32))), tiny),
+        "view": (of(*(Swap() for _ in range(32))), tiny),
+    }

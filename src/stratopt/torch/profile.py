@@ -17,8 +17,12 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
 - **pointwise work** (:func:`~stratopt.torch.probes.pointwise_block`: norms, GELU, SiLU, softmax, a residual add),
   forward and backward, against what the ``default`` profile prices its streams at:
   ``hbm_efficiency``;
-- **dispatch**: a chain of small linear modules forward and backward, per module and pass:
-  ``launch_us``, charged to every operator in each of its three passes;
+- **dispatch**: chains of tiny modules forward and backward (:func:`~stratopt.torch.probes.dispatch_chains`),
+  per module and pass: a tanh's is ``launch_us``, charged to every operator that runs kernels in
+  each of its three passes, a linear layer's beyond it ``weight_launch_us`` (operators with
+  weights), a view's ``view_us`` (reshapes and transposes); on a GPU, whose kernels queue behind
+  each other, each figure is the time of several calls in a row over their number, and the
+  dispatch hides under the kernels' own time (``launch_hidden`` 1);
 - **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
   NCCL on GPUs): all-reduce, all-gather, reduce-scatter, all-to-all and a send/receive ping-pong,
   from 4 KB to 16 MB, each issued right after a matrix product, as training issues them between
@@ -35,7 +39,8 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
 Every figure but the collectives' is the median of ``rounds`` rounds. The figures are achieved
 ones, so the file's ``network_efficiency`` is 1; on
 the CPU, where gloo's collectives run on the cores that compute, ``overlap`` is 0. Values are the
-dtype measured (float32 on the CPU, bfloat16 on a GPU: ``dtype_bytes``).
+dtype measured (``dtype``: float32 on the CPU, bfloat16 on a GPU unless named: ``dtype_bytes``);
+``train`` runs float32, so a GPU profile that prices its runs names ``dtype="float32"``.
 """
 
 from __future__ import annotations
@@ -56,9 +61,11 @@ from stratopt.machine import Calibration, Machine
 from stratopt.torch import probes
 from stratopt.torch.launch import backend, run_ranks
 
-__all__ = ["KINDS", "Profile", "bar", "fit_gemm", "fit_links", "kind_efficiency", "profile"]
+__all__ = ["DTYPES", "KINDS", "Profile", "bar", "fit_gemm", "fit_links", "kind_efficiency", "profile"]
 
 #: The collectives measured, as the machine model names them.
+#: The dtypes ``profile`` measures in, and their bytes (``dtype_bytes``).
+DTYPES = {"float32": 4, "bfloat16": 2}
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: Per kind, (bandwidth term's factor on the bytes, latency terms) for ``g`` devices: ring formulas.
 _RING: dict[str, Callable[[int], tuple[float, float]]] = {
@@ -270,14 +277,18 @@ def _step(model: Any, x: Any) -> None:
     model(x).sum().backward()
 
 
-def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float, int]) -> Any:
-    """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work; called directly
-    for one rank): the products, attention, bandwidth and dispatch each rank sees while the others
+def _repeat(run: Callable[[], Any], times: int) -> None:
+    for _ in range(times):
+        run()
+
+
+def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float, int, str]) -> Any:
+    """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work): the products, attention, bandwidth and dispatch each rank sees while the others
     compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
     the FSDP chain; rank 0's figures, each the slowest rank's."""
     import torch
 
-    device, sizes, show, window, repeat = payload
+    device, sizes, show, window, repeat, kind = payload
     together = world > 1
     total, done = repeat * (len(probes.shapes(device)) + 5) + 2 * together, 0
 
@@ -293,12 +304,15 @@ def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, f
         dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     else:
         dev = torch.device(device)
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    dtype = getattr(torch, kind)
     clock = _clock(torch, dev)
 
     def timed(run: Callable[[], Any]) -> float:  # a window of calls: steadier than a few
         if together:
             dist.barrier()
+        if dev.type == "cuda":  # kernels queue behind each other, as training's do: several calls a time
+            queue = max(1, min(64, int(2e-3 / max(_timed(run, clock, least=0.0, most=3), 1e-7))))
+            return _timed(partial(_repeat, run, queue), clock, least=window, most=400) / queue
         return _timed(run, clock, least=window, most=400)
 
     rounds = [_compute(torch, dev, dtype, timed, device, say) for _ in range(repeat)]
@@ -357,13 +371,12 @@ def _compute(
     x = x.to(device=dev, dtype=dtype).requires_grad_(True)
     pointwise = timed(partial(_step, work, x))
     say("pointwise work")
-    chain = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(32))).to(device=dev, dtype=dtype)
-    tiny = torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)
-    launch = timed(partial(_step, chain, tiny)) / (32 * 3)  # per module and pass
+    chains = probes.dispatch_chains(torch, dev, dtype)
+    dispatch = {name: timed(partial(_step, *chain)) / (32 * 3) for name, chain in chains.items()}  # a module and pass
     say("dispatching an operator")
     return {
         "gemm": gemm, "attention": attention, "bandwidth": bandwidth, "conv": conv, "pointwise": pointwise,
-        "launch": launch,
+        "launch": dispatch["kernel"], "weighted": dispatch["weighted"], "view": dispatch["view"],
     }  # fmt: skip
 
 
@@ -381,7 +394,7 @@ def _combined(rounds: list[dict[str, Any]], pick: Callable[[list[float]], float]
         first[key] = {**first[key], "seconds": pick([r[key]["seconds"] for r in rounds])}
     work = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"]
     first["attention"]["tflops"] = work / first["attention"]["seconds"]
-    for key in ("launch", "pointwise"):
+    for key in ("launch", "weighted", "view", "pointwise"):
         first[key] = pick([r[key] for r in rounds])
     return first
 
@@ -407,6 +420,7 @@ def profile(
     progress: bool = False,
     window: float = 0.2,
     rounds: int = 3,
+    dtype: str | None = None,
     timeout: float = 300.0,
 ) -> Profile:
     """Measure this machine (``device``: ``cpu`` or ``cuda``; collectives over ``world`` local
@@ -414,7 +428,8 @@ def profile(
     docstring). With ``progress``, rank 0 prints a progress bar on stderr as it measures
     (:func:`bar`); each product, attention, bandwidth and dispatch figure is the median of
     ``window`` seconds of calls (at least 3), and the median of ``rounds`` such figures, measured
-    in turn (a shared machine's drifts even out)."""
+    in turn (a shared machine's drifts even out). ``dtype`` (``float32`` or ``bfloat16``; default
+    float32 on the CPU, bfloat16 on a GPU) is what the products and streams are measured in."""
     try:
         import torch
     except ImportError:
@@ -429,19 +444,20 @@ def profile(
         raise ModelError(f"--window must be a number of seconds in (0, 60], got {window!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
         raise ModelError(f"--rounds must be a number of rounds in 1..20, got {rounds!r}")
+    kind = dtype if dtype is not None else ("float32" if device == "cpu" else "bfloat16")
+    if kind not in DTYPES:
+        raise ModelError(f"--dtype must be one of {', '.join(DTYPES)}, got {kind!r}")
     if device == "cuda" and world > torch.cuda.device_count():
         raise ModelError(f"--world {world}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     started = time.perf_counter()
-    payload = (device, _MESSAGES, bool(progress), float(window), rounds)
-    if world > 1:
-        found = run_ranks(_measure, world, payload, timeout=timeout, what="profile")[0]
-    else:
-        found = _measure(0, 1, payload)
+    payload = (device, _MESSAGES, bool(progress), float(window), rounds, kind)
+    # in ranks as train starts them, one included: on a CPU each sees the threads a rank of train has
+    found = run_ranks(_measure, world, payload, timeout=timeout, what="profile")[0]
     gemm, attention, bandwidth = found["gemm"], found["attention"], found["bandwidth"]
     rate, half = fit_gemm(gemm)
     peak = max(rate, max(r["flops"] / r["seconds"] for r in gemm))
     hbm = bandwidth[-1]["gbps"]  # the largest streams from memory, past every cache
-    streamed = probes.priced_pointwise(device, hbm)
+    streamed = probes.priced_pointwise(device, hbm, DTYPES[kind])
     conv = found["conv"]  # forward and both gradients: three products' work, priced on the fitted curve
     conv_efficiency = min(1.0, 3.0 * (conv["flops"] + half) / rate / conv["seconds"])
     stream_efficiency = min(1.0, streamed / found["pointwise"])
@@ -459,8 +475,8 @@ def profile(
         one = (world - 1.0) / world * sharded["bytes"] / link_bw + (world - 1.0) * latency
         moved = one * (2.0 / gathers + 1.0 / scatters)
         hooks = max(0.0, (sharded["sharded"] - sharded["plain"]) / sharded["modules"] - moved) / 3.0
-    launch = found["launch"]
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    launch, view = found["launch"], found["view"]
+    weighted = max(0.0, found["weighted"] - launch)  # a linear layer's dispatch beyond a tanh's
     calibration = Calibration(
         gemm_efficiency=min(1.0, rate / peak),
         gemm_half_gflop=half / 1e9,
@@ -471,6 +487,9 @@ def profile(
         step_overhead_ms=0.0,
         op_overhead_us=hooks * 1e6,
         launch_us=launch * 1e6,
+        weight_launch_us=weighted * 1e6,
+        view_us=view * 1e6,
+        launch_hidden=0.0 if device == "cpu" else 1.0,  # a GPU runs its queue while the next is dispatched
         conv_efficiency=max(conv_efficiency, 1e-3),
         gather_efficiency=max(gathers, 1e-3),
         scatter_efficiency=max(scatters, 1e-3),
@@ -491,20 +510,21 @@ def profile(
         inter_latency_us=latency * 1e6,
         efficiency=calibration.gemm_efficiency,
         description=(
-            f"measured by stratopt profile on {_device_name(torch, device)} ({str(dtype).removeprefix('torch.')}); "
+            f"measured by stratopt profile on {_device_name(torch, device)} ({kind}); "
             f"{where} collectives over {world} rank(s); the network between nodes taken as the links inside"
         ),
         calibration=tuple(sorted(calibration.to_dict().items())),
-        dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+        dtype_bytes=DTYPES[kind],
     )
     fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
     fit["latency_us"], fit["launch_us"], fit["fsdp_us"] = latency * 1e6, launch * 1e6, hooks * 1e6
+    fit["weight_launch_us"], fit["view_us"] = weighted * 1e6, view * 1e6
     fit["pointwise_ms"], fit["pointwise_priced_ms"] = found["pointwise"] * 1e3, streamed * 1e3
     fit["stream_efficiency"], fit["conv_efficiency"] = stream_efficiency, conv_efficiency
     fit["conv_tflops"] = 3.0 * conv["flops"] / conv["seconds"] / 1e12
     fit["gather_efficiency"], fit["scatter_efficiency"] = gathers, scatters
     return Profile(
-        device, world, backend(world) if world > 1 else "-", str(dtype).removeprefix("torch."), gemm, attention,
+        device, world, backend(world) if world > 1 else "-", kind, gemm, attention,
         bandwidth, collectives, machine, time.perf_counter() - started, fit,
     )  # fmt: skip
 
