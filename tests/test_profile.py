@@ -132,8 +132,9 @@ def test_a_profile_in_bfloat16_prices_two_byte_values() -> None:
 
 
 def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
-    """A machine whose calibration says an operator costs 10 us to dispatch, one with weights 5 us
-    more and a view 2 us, prices each operator three passes of its figure more, and nothing else;
+    """A machine whose calibration says a call costs 10 us to dispatch, one with weights 5 us more
+    and a view 2 us, prices each operator three passes of its figure more (a call for each
+    activation fused into it), and nothing else;
     with the dispatch hidden under the work (a GPU's queue), an operator costs the longer of the
     two; calibrate never fits them (the runs are on GPUs)."""
     import dataclasses
@@ -156,12 +157,14 @@ def test_the_launch_cost_is_priced_per_operator_and_pass() -> None:
     kinds = set()
     for op, x, y, z in zip(alexnet().operators, a.vertex_costs, b.vertex_costs, hidden.vertex_costs, strict=True):
         weighted = any(t.param for t in op.inputs) or "params" in op.attrs
-        dispatch = 6.0 if op.op in DefaultProfile.VIEWS else 30.0 + 15.0 * weighted
+        calls = 1 + op.pointwise  # a fused activation is a call of its own
+        dispatch = 6.0 if op.op in DefaultProfile.VIEWS else 30.0 * calls + 15.0 * weighted
         kinds.add((op.op in DefaultProfile.VIEWS, dispatch))
         assert y.compute == pytest.approx(x.compute + dispatch) and (y.comm == x.comm).all()
         work = x.compute - x.per_step  # Adam's step is not the operator's kernels
         assert z.compute == pytest.approx(np.maximum(work, dispatch) + x.per_step)
-    assert kinds >= {(True, 6.0), (False, 30.0), (False, 45.0)}  # views, bare operators, weighted ones
+    # views, bare operators, weighted ones, weighted ones with an activation fused
+    assert kinds >= {(True, 6.0), (False, 30.0), (False, 45.0), (False, 75.0)}
     assert "launch_us" not in FITTED and Calibration().launch_us == 0.0
 
 
@@ -295,3 +298,29 @@ def test_the_report_names_every_fitted_figure(profiled, capsys) -> None:
         in out
     )
     assert out.strip().endswith(f"wrote {path} (use it as --machine {path})")
+
+
+def test_checkpointing_costs_a_recomputed_operator_its_measured_overhead() -> None:
+    """A calibration's ``recompute_us`` (what ``profile`` measures PyTorch's checkpoint costing beyond
+    the forward run again) is added to each recomputed configuration of an operator that runs
+    kernels, to no kept one and to no view."""
+    import dataclasses
+
+    from stratopt.cost import build
+    from stratopt.cost.default import DefaultProfile
+    from stratopt.graph.zoo import alexnet
+
+    base = get_machine("h100")
+    costly = dataclasses.replace(
+        base, calibration=tuple(sorted({**dict(base.calibration), "recompute_us": 20.0}.items()))
+    )
+    a = build(alexnet(), 2, profile="default", machine=base, recompute=True)
+    b = build(alexnet(), 2, profile="default", machine=costly, recompute=True)
+    seen = set()
+    for v, op in enumerate(a.graph.operators):
+        again = np.asarray(a.recomputed[v], dtype=bool)
+        extra = b.vertex_costs[v].compute - a.vertex_costs[v].compute
+        expected = 0.0 if op.op in DefaultProfile.VIEWS else 20.0
+        assert extra[again] == pytest.approx(expected) and extra[~again] == pytest.approx(0.0)
+        seen.add((expected, bool(again.any())))
+    assert {(20.0, True), (0.0, True)} <= seen

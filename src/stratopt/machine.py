@@ -166,6 +166,8 @@ class Calibration:
     for a view (a reshape or transpose, which runs no kernel); ``launch_hidden``: the share of the
     dispatch that hides under the operator's own work (0 on a CPU, which dispatches and computes in
     turn; 1 on a GPU, whose kernels run while the next are dispatched);
+    ``recompute_us``: what checkpointing costs a recomputed operator beyond its forward run again
+    (PyTorch's ``checkpoint`` saving and restoring its tensors), as ``stratopt profile`` measures it;
     ``conv_efficiency``: convolutions' rate over the products' at the same work (1: as fast; on a CPU
     they are slower), as ``stratopt profile`` measures it; 1 on the presets;
     ``gather_efficiency``, ``scatter_efficiency``: FSDP's all-gathers' and reduce-scatters' speed
@@ -194,6 +196,7 @@ class Calibration:
     weight_launch_us: float = 0.0
     view_us: float = 0.0
     launch_hidden: float = 0.0
+    recompute_us: float = 0.0
     conv_efficiency: float = 1.0
     gather_efficiency: float = 1.0
     scatter_efficiency: float = 1.0

@@ -571,7 +571,7 @@ def print_profile(found: Any, output: str | None, plot: str | None) -> None:
     if "view_us" in fit:
         print(
             f"dispatch per operator and pass: {fit['launch_us']:.3g} us, {fit['weight_launch_us']:.3g} us more with "
-            f"weights, {fit['view_us']:.3g} us a view"
+            f"weights, {fit['view_us']:.3g} us a view; {fit.get('recompute_us', 0.0):.3g} us more to recompute one"
         )
     if found.collectives:
         kinds = dict.fromkeys(r["kind"] for r in found.collectives)

@@ -456,3 +456,43 @@ def test_norms_are_priced_by_their_weights(tracer: str) -> None:
         if op.op == "norm"
     ]
     assert held == [0, 1, 2]
+
+
+class _HandRMSNorm(torch.nn.Module):
+    """An RMS norm as Hugging Face models write it: seven calls, recorded as one norm operator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+class _Counted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.norm = _HandRMSNorm()
+        self.layer = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.layer(self.norm(self.fc(x)))
+
+
+def test_a_module_recorded_whole_counts_the_calls_it_makes() -> None:
+    """The eager tracer records a hand-written RMS norm as one operator and counts the calls it
+    dispatches (what the cost model charges ``launch_us`` for, each); a module of one call (a
+    linear layer, PyTorch's own layer norm) carries no count."""
+    from stratopt.importers.common import emit
+    from stratopt.importers.trace import trace
+
+    graph = emit("counted", trace(torch, _Counted(), (torch.randn(4, 16),)))
+    calls = {
+        op.op + (":" + op.name.split(".")[0] if op.op == "norm" else ""): op.attrs.get("calls")
+        for op in graph.operators
+    }
+    # to, pow, mean, add, rsqrt, mul, to and the weight's mul: the converts count (each a dispatch)
+    assert calls == {"gemm": None, "norm:norm": 8, "norm:layer": None}

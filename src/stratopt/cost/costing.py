@@ -361,7 +361,8 @@ def build(
             held = np.minimum(output_bytes(ops[v], cfg, prof.dtype_bytes), memory)  # none inside a fused kernel
             # the forward runs again with its communication, but for FSDP's weight gather: the
             # weights gathered for the recomputation stay for the backward pass, which gathers none
-            again = (compute + ahead, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather, step)
+            extra = prof.recompute_overhead(ops[v]) if hasattr(prof, "recompute_overhead") else 0.0
+            again = (compute + ahead + extra, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather, step)
             unique_configs[key] = np.vstack([cfg, cfg])
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])

@@ -29,8 +29,9 @@ at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomput
 and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
 of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
 FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); every operator costs
-``launch_us`` per pass (dispatching it: 0 on the presets, measured by ``stratopt profile``), one with
-weights ``weight_launch_us`` more, a view (reshape, transpose) ``view_us`` instead, of which
+``launch_us`` per pass and call (dispatching it: 0 on the presets, measured by ``stratopt profile``;
+an operator imported from a module of several calls, or with pointwise work fused into it, makes
+more than one), one with weights ``weight_launch_us`` more, a view (reshape, transpose) ``view_us`` instead, of which
 ``launch_hidden`` hides under the operator's own work (a GPU's queue); Adam's
 step streams 30 bytes per weight element held.
 Weight gathers (FSDP) and gradient reductions hide under up to ``overlap`` of the compute
@@ -96,7 +97,7 @@ class DefaultProfile(EdgePricing):
         self.attention_flops, self.gemm_half, self.conv_efficiency = self.flops, 0.0, 1.0
         self.gathers = self.scatters = 1.0
         self.op_overhead = self.overlap = self.step_overhead = self.launch = 0.0
-        self.weight_launch = self.view = self.launch_hidden = 0.0
+        self.weight_launch = self.view = self.launch_hidden = self.recompute = 0.0
         self.bucket = self.BUCKET_BYTES
         if self.calibrated:
             c = calibration_of(machine)
@@ -110,6 +111,7 @@ class DefaultProfile(EdgePricing):
             )
             self.op_overhead, self.overlap, self.launch = c.op_overhead_us, c.overlap, c.launch_us
             self.weight_launch, self.view, self.launch_hidden = c.weight_launch_us, c.view_us, c.launch_hidden
+            self.recompute = c.recompute_us
             self.step_overhead = c.step_overhead_ms * 1e3
             self.bucket = c.grad_bucket_mb * 1e6
             self.conv_efficiency = c.conv_efficiency
@@ -163,9 +165,15 @@ class DefaultProfile(EdgePricing):
             if op.op in self.VIEWS:
                 dispatch = 3.0 * self.view
             else:
-                dispatch = 3.0 * (self.launch + (self.weight_launch if np.any(held > 0) else 0.0))
+                calls = int(op.attrs.get("calls", 1)) + op.pointwise  # a module's calls, the fused ones'
+                dispatch = 3.0 * (self.launch * calls + (self.weight_launch if np.any(held > 0) else 0.0))
             compute = compute + step + dispatch - self.launch_hidden * np.minimum(compute, dispatch)
         return VertexCosts(compute, comm, memory, fwd, sync, ahead, per_step=step)
+
+    def recompute_overhead(self, op: Operator) -> float:
+        """Microseconds checkpointing costs ``op`` when recomputed, beyond its forward run again
+        (the calibration's ``recompute_us``; none for a view, which saves nothing)."""
+        return 0.0 if op.op in self.VIEWS else self.recompute
 
     def _optimizer(self, op: Operator, held: np.ndarray) -> np.ndarray:
         """Adam's step over the weight elements held: fp32 master weights, gradients and two

@@ -108,6 +108,8 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
                 unmapped[label] = unmapped.get(label, 0) + 1
             out = _generic(g, n, [real(x) for x in n.inputs], env, pointwise.get(n.name, 0))
         _name_params(g, out, [by_name[x] for x in n.inputs if x in by_name])
+        if n.attrs.get("calls") and g.producer(out) is not None:  # a module of several calls, recorded whole
+            g.annotate(out, calls=int(n.attrs["calls"]))
         env[n.name] = out
     if unmapped:
         listing = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(unmapped.items()))

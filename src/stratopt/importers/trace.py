@@ -13,7 +13,8 @@ traces on a laptop.
 Some modules are recorded whole (their inner calls are not): linear, convolution, embedding and
 every normalisation (``LayerNorm``, ``RMSNorm`` and the classes models write for them, such as
 ``LlamaRMSNorm`` or ``T5LayerNorm``), so that an RMSNorm written as seven pointwise calls is one
-norm operator named after its module. A mixture-of-experts ``*Experts`` module (3-D expert weights,
+norm operator named after its module; the calls such a module makes are counted on its operator
+(``attrs["calls"]``, where more than one: what dispatching it costs, :mod:`stratopt.cost.default`). A mixture-of-experts ``*Experts`` module (3-D expert weights,
 called with the hidden states and the router's top-k choice) is recorded as one ``moe`` node and
 never run, since its routing depends on data a meta tensor does not have; the importer turns it
 into dispatch, expert products and combine, with the all-to-all that expert parallelism implies.
@@ -143,6 +144,7 @@ class _Recorder:
         self.scope: list[str] = []
         self.counts: dict[str, int] = {}
         self.quiet = 0
+        self.inside = 0  # calls made inside modules recorded whole (what their operator dispatches)
         self.weights = {id(p): n for n, p in module.named_parameters()}
         self.weights |= {id(b): n for n, b in module.named_buffers()}
 
@@ -283,10 +285,11 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kw: dict | None = None) -> Any:
             kw = kw or {}
             out = func(*args, **kw)
-            if rec.quiet:
-                return out
             fname = _name(func)
             if fname in ("size", "dim", "numel", "shape", "dtype", "device", "item", "tolist", "bool", "len"):
+                return out
+            if rec.quiet:
+                rec.inside += isinstance(out, torch.Tensor)
                 return out
             record_call(fname, args, kw, out)
             return out
@@ -329,11 +332,13 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             if rec.quiet:
                 return original(*args, **kw)
             rec.quiet += 1
+            before = rec.inside
             try:
                 # an experts module is not run: its output has the hidden states' shape
                 out = original(*args, **kw) if run else torch.zeros_like(args[0])
             finally:
                 rec.quiet -= 1
+            calls = rec.inside - before
             first = next(_tensors(args, torch), None)
             if first is None or rec.made.get(first) is None or not rec.live(rec.made[first]):
                 return out
@@ -347,6 +352,8 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 rec.kind[node] = "param"
                 params.append(node)
             extra = dict(attrs)
+            if calls > 1:  # a module of several calls (an RMS norm's power, mean, root, products)
+                extra["calls"] = calls
             if kind == "moe":
                 index = list(_tensors(args, torch))[1:2]
                 extra["top_k"] = int(index[0].shape[-1]) if index else 1

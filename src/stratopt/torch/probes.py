@@ -13,7 +13,7 @@ from stratopt.cost.default import DefaultProfile
 from stratopt.importers.pytorch import from_torch
 from stratopt.machine import Machine
 
-__all__ = ["attention", "conv", "dispatch_chains", "pointwise_block", "priced_pointwise", "shapes"]
+__all__ = ["attention", "conv", "dispatch_chains", "pointwise_block", "priced_pointwise", "recompute_chains", "shapes"]
 
 
 def shapes(device: str) -> list[tuple[int, int, int]]:
@@ -113,3 +113,22 @@ def dispatch_chains(torch: Any, dev: Any, dtype: Any) -> dict[str, tuple[Any, An
         "kernel": (of(*(torch.nn.Tanh() for _ in range(32))), tiny),
         "view": (of(*(Swap() for _ in range(32))), tiny),
     }
+
+
+def recompute_chains(torch: Any, dev: Any, dtype: Any) -> tuple[Any, Any, Any]:
+    """(plain, checkpointed, input): two copies of 4 blocks of 8 tiny modules (linear layers and
+    tanh in turn), the second's blocks checkpointed as ``train`` checkpoints a plan's (PyTorch's
+    composable ``checkpoint``): what recomputing costs beyond running the forward again."""
+    from torch.distributed._composable import checkpoint
+
+    def blocks() -> Any:
+        made = (
+            torch.nn.Sequential(*(torch.nn.Linear(8, 8) if i % 2 == 0 else torch.nn.Tanh() for i in range(8)))
+            for _ in range(4)
+        )
+        return torch.nn.Sequential(*made).to(device=dev, dtype=dtype)
+
+    plain, again = blocks(), blocks()
+    for block in again:
+        checkpoint(block, early_stop=False)
+    return plain, again, torch.randn(4, 8, device=dev, dtype=dtype, requires_grad=True)

@@ -23,6 +23,8 @@ time kept), so that on a CPU each rank sees its share of the cores, as in traini
   weights), a view's ``view_us`` (reshapes and transposes); on a GPU, whose kernels queue behind
   each other, each figure is the time of several calls in a row over their number, and the
   dispatch hides under the kernels' own time (``launch_hidden`` 1);
+- **recomputation**: the same blocks with and without PyTorch's ``checkpoint`` (:func:`~stratopt.torch.probes.recompute_chains`),
+  beyond running the forward once more, per operator: ``recompute_us``;
 - **collectives** over ``world`` ranks of ``torch.distributed`` on this machine (gloo on the CPU,
   NCCL on GPUs): all-reduce, all-gather, reduce-scatter, all-to-all and a send/receive ping-pong,
   from 4 KB to 16 MB, each issued right after a matrix product, as training issues them between
@@ -373,10 +375,13 @@ def _compute(
     say("pointwise work")
     chains = probes.dispatch_chains(torch, dev, dtype)
     dispatch = {name: timed(partial(_step, *chain)) / (32 * 3) for name, chain in chains.items()}  # a module and pass
+    plain, again, tiny = probes.recompute_chains(torch, dev, dtype)
+    twice = timed(partial(_step, again, tiny)) - timed(partial(_step, plain, tiny)) - timed(partial(plain, tiny))
     say("dispatching an operator")
     return {
         "gemm": gemm, "attention": attention, "bandwidth": bandwidth, "conv": conv, "pointwise": pointwise,
         "launch": dispatch["kernel"], "weighted": dispatch["weighted"], "view": dispatch["view"],
+        "recompute": max(0.0, twice) / 32,  # an operator: checkpointing's own work beyond the forward again
     }  # fmt: skip
 
 
@@ -394,7 +399,7 @@ def _combined(rounds: list[dict[str, Any]], pick: Callable[[list[float]], float]
         first[key] = {**first[key], "seconds": pick([r[key]["seconds"] for r in rounds])}
     work = rounds[0]["attention"]["tflops"] * rounds[0]["attention"]["seconds"]
     first["attention"]["tflops"] = work / first["attention"]["seconds"]
-    for key in ("launch", "weighted", "view", "pointwise"):
+    for key in ("launch", "weighted", "view", "recompute", "pointwise"):
         first[key] = pick([r[key] for r in rounds])
     return first
 
@@ -489,6 +494,7 @@ def profile(
         launch_us=launch * 1e6,
         weight_launch_us=weighted * 1e6,
         view_us=view * 1e6,
+        recompute_us=found["recompute"] * 1e6,
         launch_hidden=0.0 if device == "cpu" else 1.0,  # a GPU runs its queue while the next is dispatched
         conv_efficiency=max(conv_efficiency, 1e-3),
         gather_efficiency=max(gathers, 1e-3),
@@ -519,6 +525,7 @@ def profile(
     fit = {"gemm_rate_tflops": rate / 1e12, "gemm_half_gflop": half / 1e9, "link_gbps": link_bw / 1e9}
     fit["latency_us"], fit["launch_us"], fit["fsdp_us"] = latency * 1e6, launch * 1e6, hooks * 1e6
     fit["weight_launch_us"], fit["view_us"] = weighted * 1e6, view * 1e6
+    fit["recompute_us"] = found["recompute"] * 1e6
     fit["pointwise_ms"], fit["pointwise_priced_ms"] = found["pointwise"] * 1e3, streamed * 1e3
     fit["stream_efficiency"], fit["conv_efficiency"] = stream_efficiency, conv_efficiency
     fit["conv_tflops"] = 3.0 * conv["flops"] / conv["seconds"] / 1e12
