@@ -244,3 +244,16 @@ def test_bad_configs_are_one_line(tmp_path, capsys, spec, message) -> None:
     assert main(["import", text]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message.split("'")[0].strip() in err[0]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+def test_every_weight_is_priced_and_named(name: str) -> None:
+    """The graph holds every parameter the model has, each under its own name: linear layers' and
+    GPT-2's Conv1D biases (the term ``addmm`` adds), learned position tables read at constant
+    positions (a lookup, not a constant), norms' scales and shifts; a tied weight counts once."""
+    model, inputs = hf.SMALL[name]()
+    graph = from_torch(model, inputs, name=name)
+    held = sum(i.use.size for op in graph.operators if not op.attrs.get("tied") for i in op.inputs if i.param)
+    assert held == sum(p.numel() for p in model.parameters())
+    named = {n for op in graph.operators for n in op.attrs.get("params") or ()}
+    assert named == {n for n, _ in model.named_parameters()}

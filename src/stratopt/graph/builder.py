@@ -124,6 +124,20 @@ class Builder:
                 return
         raise ModelError(f"annotate: {name!r} is not an operator of this graph")
 
+    def bias(self, t: TensorRef) -> None:
+        """Give the operator that produced ``t`` a bias: a weight vector over ``t``'s last
+        dimension, laid out as that dimension (split where the output's features are)."""
+        for i in range(len(self._ops) - 1, -1, -1):
+            op = self._ops[i]
+            if op.name == t.source:
+                use = op.outputs[t.output]
+                vector = self.input((use.shape[-1],), param=True)
+                held = Input(vector.source, TensorUse(vector.shape, (use.dims[-1],)), vector.output, True)
+                self._ops[i] = dataclasses.replace(op, inputs=(*op.inputs, held))
+                self._ops[i].validate()
+                return
+        raise ModelError(f"bias: {t.source!r} is not an operator of this graph")
+
     def producer(self, t: TensorRef) -> Operator | None:
         """The operator that produced ``t`` (None for a graph input)."""
         return next((op for op in reversed(self._ops) if op.name == t.source), None)

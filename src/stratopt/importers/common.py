@@ -107,7 +107,13 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
                 label = str(n.attrs.get("op", n.kind))
                 unmapped[label] = unmapped.get(label, 0) + 1
             out = _generic(g, n, [real(x) for x in n.inputs], env, pointwise.get(n.name, 0))
-        _name_params(g, out, [by_name[x] for x in n.inputs if x in by_name])
+        read = [by_name[x] for x in n.inputs if x in by_name]
+        bias = _bias_of(n, by_name) if "why" not in n.attrs else None
+        made = g.producer(out)
+        if bias is not None and made is not None and made.op == "gemm" and bias.shape[-1] == out.shape[-1]:
+            g.bias(out)  # a linear layer's (or Conv1D's addmm's) bias: its weights, gradient and state priced
+            read = [*read, bias] if bias not in read else read
+        _name_params(g, out, read)
         if n.attrs.get("calls") and g.producer(out) is not None:  # a module of several calls, recorded whole
             g.annotate(out, calls=int(n.attrs["calls"]))
         env[n.name] = out
@@ -119,6 +125,19 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
             stacklevel=3,
         )
     return g.build()
+
+
+def _bias_of(n: Node, nodes: dict[str, Node]) -> Node | None:
+    """The bias vector a product adds, where it is a weight: a linear layer's second parameter,
+    or the term ``addmm`` adds (Hugging Face's Conv1D)."""
+    if n.kind == "fc":
+        params = [nodes[x] for x in n.inputs if x in nodes and nodes[x].kind == "param"]
+        found = params[1] if len(params) == 2 else None
+    elif n.kind == "matmul" and n.attrs.get("bias") in nodes:
+        found = nodes[str(n.attrs["bias"])]
+    else:
+        return None
+    return found if found is not None and found.kind == "param" and len(found.shape) == 1 else None
 
 
 def _name_params(g: GraphBuilder, out: TensorRef, inputs: list[Node]) -> None:

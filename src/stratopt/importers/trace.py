@@ -315,8 +315,8 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
         attrs = _attrs_for(fname, args, kw, shapes)
         if kind == "transpose" and attrs.get("perm") is None:
             kind = "move"
-        if kind == "matmul" and fname in ("addmm", "baddbmm", "addbmm"):
-            ins = ins[1:] if len(ins) == 3 else ins  # the added term is a bias
+        if kind == "matmul" and fname in ("addmm", "baddbmm", "addbmm") and len(ins) == 3:
+            attrs["bias"], ins = ins[0], ins[1:]  # the added term: a bias where it is a weight
         if kind == "sdpa":  # q, k, v and a mask computed from the inputs; a constant mask is free
             ins = [x for x in ins if rec.live(x)]
         rec.add(Node(rec.here(fname), kind, ins, (), attrs), outs)
@@ -340,7 +340,10 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 rec.quiet -= 1
             calls = rec.inside - before
             first = next(_tensors(args, torch), None)
-            if first is None or rec.made.get(first) is None or not rec.live(rec.made[first]):
+            # a lookup of constant ids (a learned position table read at arange's positions) is an
+            # operator all the same: its table is a weight to hold, update and reduce
+            table = kind == "embedding" and first is not None and any(True for _ in mod.parameters(recurse=False))
+            if not table and (first is None or rec.made.get(first) is None or not rec.live(rec.made[first])):
                 return out
             ins = list(dict.fromkeys(rec.source(t) for t in _tensors(args, torch)))
             ins = [x for x in ins if rec.live(x)]  # the data first (the router's choice too, for a moe)
@@ -459,6 +462,8 @@ def _reachable(nodes: list[Node], outputs: list[str | None]) -> list[Node]:
     for n in reversed(nodes):
         if n.name in wanted:
             wanted.update(n.inputs)
+            if "bias" in n.attrs:  # the weight a product adds (addmm's first term)
+                wanted.add(str(n.attrs["bias"]))
     return [n for n in nodes if n.name in wanted or n.kind == "input"]
 
 

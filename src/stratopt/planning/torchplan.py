@@ -96,7 +96,8 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
     if model == 1:
         return "replicate"
     attrs = op.attrs
-    if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or sum(1 for i in op.inputs if i.param) != 1:
+    weights = [i for i in op.inputs if i.param and len(i.use.shape) > 1]  # a bias beside them follows n
+    if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or len(weights) != 1:
         return None
     if any(i.param and len(i.use.shape) > 2 for i in op.inputs):  # experts' stacked weights: no style splits them
         return None
