@@ -340,10 +340,7 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 rec.quiet -= 1
             calls = rec.inside - before
             first = next(_tensors(args, torch), None)
-            # a lookup of constant ids (a learned position table read at arange's positions) is an
-            # operator all the same: its table is a weight to hold, update and reduce
-            table = kind == "embedding" and first is not None and any(True for _ in mod.parameters(recurse=False))
-            if not table and (first is None or rec.made.get(first) is None or not rec.live(rec.made[first])):
+            if first is None or rec.made.get(first) is None or not rec.live(rec.made[first]):
                 return out
             ins = list(dict.fromkeys(rec.source(t) for t in _tensors(args, torch)))
             ins = [x for x in ins if rec.live(x)]  # the data first (the router's choice too, for a moe)
