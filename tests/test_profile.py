@@ -28,7 +28,7 @@ def profiled(tmp_path_factory):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         argv = ["profile", "--world", "2", "-o", str(path), "--plot", str(picture), "--name", "here", "--json"]
-        argv += ["--window", "0.02"]  # short windows: the figures are checked for sense, not for steadiness
+        argv += ["--window", "0.02", "--rounds", "1"]  # the figures are checked for sense, not for steadiness
         assert main(argv) == 0
     return path, picture, json.loads(printed.getvalue())
 
