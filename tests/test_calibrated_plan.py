@@ -71,7 +71,7 @@ def test_fused_attention_and_the_tied_embedding() -> None:
     assert float(ops["lm_head"][1].memory[0]) == pytest.approx(logits)
 
 
-@pytest.mark.parametrize("micro", [6, 4])
+@pytest.mark.parametrize("micro", [pytest.param(6, marks=pytest.mark.slow), 4])
 def test_fsdp_baseline_is_the_predictors_step(micro: int) -> None:
     """MPT-7B at sequence 2048 on 1 x 8 H100 with the published runs' batch: plan's FSDP baseline
     takes the predictor's step time (within 0.5%: collective latencies are per operator in the

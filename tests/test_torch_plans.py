@@ -76,11 +76,12 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
 def _pipelines(world: int) -> list[tuple[str, str, ExportedPlan]]:
     """Two pipeline stages: at world 2 Llama as the search decides (micro-batches too), GPT-2 with
     every block checkpointed under GPipe and Mixtral, and Llama on one stage of 2 x 1 accumulating the
-    gradients of two micro-batches; at world 4 the MLP tensor parallel in each
+    gradients of two micro-batches; at world 4 (what world 2 cannot hold) the MLP tensor parallel in each
     stage and Llama under 75% of its free pipeline's memory on data-parallel stages (FSDP)."""
     d = world // 2
-    picks = [("stratopt.importers.hf:llama", "pipeline", {"microbatches": "auto"})]
-    if world == 2:
+    picks: list[tuple[str, str, dict]] = []
+    if world == 2:  # Llama's searched pipeline here only: world 4 adds what world 2 cannot have
+        picks.append(("stratopt.importers.hf:llama", "pipeline", {"microbatches": "auto"}))
         picks.append(("stratopt.importers.hf:gpt2", "pipeline-recompute", {"recompute": "full", "schedule": "gpipe"}))
         picks.append(("stratopt.importers.hf:mixtral", "pipeline-moe", {}))
         picks.append(("stratopt.importers.hf:llama", "accumulate", {"stages": 1, "mesh": (2, 1)}))
