@@ -324,3 +324,13 @@ def test_checkpointing_costs_a_recomputed_operator_its_measured_overhead() -> No
         assert extra[again] == pytest.approx(expected) and extra[~again] == pytest.approx(0.0)
         seen.add((expected, bool(again.any())))
     assert {(20.0, True), (0.0, True)} <= seen
+
+
+def test_a_calibration_hides_no_more_dispatch_than_there_is() -> None:
+    """``launch_hidden`` is a share: above 1 (or below 0) is a one-line error naming it."""
+    from stratopt.machine import Calibration
+
+    for bad in (1.5, -0.1):
+        with pytest.raises(ModelError, match=r"calibration: launch_hidden must lie in \[0, 1\]"):
+            Calibration(launch_hidden=bad)
+    assert Calibration(launch_hidden=1.0).launch_hidden == 1.0

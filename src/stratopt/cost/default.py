@@ -31,9 +31,10 @@ of the bandwidth, collectives at ``network_efficiency`` of the links; every prod
 FSDP shards costs ``op_overhead_us`` per pass (its hooks around the module); every operator costs
 ``launch_us`` per pass and call (dispatching it: 0 on the presets, measured by ``stratopt profile``;
 an operator imported from a module of several calls, or with pointwise work fused into it, makes
-more than one), one with weights ``weight_launch_us`` more, a view (reshape, transpose) ``view_us`` instead, of which
-``launch_hidden`` hides under the operator's own work (a GPU's queue); Adam's
-step streams 30 bytes per weight element held.
+more than one), one with weights ``weight_launch_us`` more, a view (reshape, transpose)
+``view_us`` instead, of which ``launch_hidden`` hides under the operator's own work (a GPU's
+queue); a recomputed operator costs ``recompute_us`` more; Adam's step streams 30 bytes per weight
+element held.
 Weight gathers (FSDP) and gradient reductions hide under up to ``overlap`` of the compute
 (:meth:`~stratopt.cost.common.VertexCosts.exposed`); ``step_overhead_ms`` is a constant per step.
 An operator marked ``tied`` reads another's weight (a tied output projection): its weight has no

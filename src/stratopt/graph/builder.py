@@ -116,27 +116,31 @@ class Builder:
         """Add ``attrs`` to the attributes of the operator that produced ``t`` (or is named ``t``):
         how a profile should price it (``fused_attention``, ``causal``, ``tied``), which module's
         ``params`` it reads."""
-        name = t if isinstance(t, str) else t.source
-        for i in range(len(self._ops) - 1, -1, -1):  # the newest first: usually the one just added
-            op = self._ops[i]
-            if op.name == name:
-                self._ops[i] = dataclasses.replace(op, attrs={**op.attrs, **attrs})
-                return
-        raise ModelError(f"annotate: {name!r} is not an operator of this graph")
+        name = t if isinstance(t, str) else str(t.source)
+        self._replace(name, "annotate", lambda op: dataclasses.replace(op, attrs={**op.attrs, **attrs}))
 
     def bias(self, t: TensorRef) -> None:
         """Give the operator that produced ``t`` a bias: a weight vector over ``t``'s last
         dimension, laid out as that dimension (split where the output's features are)."""
-        for i in range(len(self._ops) - 1, -1, -1):
-            op = self._ops[i]
-            if op.name == t.source:
-                use = op.outputs[t.output]
-                vector = self.input((use.shape[-1],), param=True)
-                held = Input(vector.source, TensorUse(vector.shape, (use.dims[-1],)), vector.output, True)
-                self._ops[i] = dataclasses.replace(op, inputs=(*op.inputs, held))
-                self._ops[i].validate()
+
+        def biased(op: Operator) -> Operator:
+            use = op.outputs[t.output]
+            vector = self.input((use.shape[-1],), param=True)
+            held = Input(vector.source, TensorUse(vector.shape, (use.dims[-1],)), vector.output, True)
+            changed = dataclasses.replace(op, inputs=(*op.inputs, held))
+            changed.validate()
+            return changed
+
+        self._replace(str(t.source), "bias", biased)
+
+    def _replace(self, name: str, what: str, change: Any) -> None:
+        """The operator named ``name`` replaced by ``change(operator)``; ``what`` names the caller in
+        the error where there is none."""
+        for i in range(len(self._ops) - 1, -1, -1):  # the newest first: usually the one just added
+            if self._ops[i].name == name:
+                self._ops[i] = change(self._ops[i])
                 return
-        raise ModelError(f"bias: {t.source!r} is not an operator of this graph")
+        raise ModelError(f"{what}: {name!r} is not an operator of this graph")
 
     def producer(self, t: TensorRef) -> Operator | None:
         """The operator that produced ``t`` (None for a graph input)."""

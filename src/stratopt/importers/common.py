@@ -114,7 +114,7 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
             g.bias(out)  # a linear layer's (or Conv1D's addmm's) bias: its weights, gradient and state priced
             read = [*read, bias] if bias not in read else read
         _name_params(g, out, read)
-        if n.attrs.get("calls") and g.producer(out) is not None:  # a module of several calls, recorded whole
+        if n.attrs.get("calls") and made is not None:  # a module of several calls, recorded whole
             g.annotate(out, calls=int(n.attrs["calls"]))
         env[n.name] = out
     if unmapped:

@@ -14,8 +14,9 @@ Some modules are recorded whole (their inner calls are not): linear, convolution
 every normalisation (``LayerNorm``, ``RMSNorm`` and the classes models write for them, such as
 ``LlamaRMSNorm`` or ``T5LayerNorm``), so that an RMSNorm written as seven pointwise calls is one
 norm operator named after its module; the calls such a module makes are counted on its operator
-(``attrs["calls"]``, where more than one: what dispatching it costs, :mod:`stratopt.cost.default`). A mixture-of-experts ``*Experts`` module (3-D expert weights,
-called with the hidden states and the router's top-k choice) is recorded as one ``moe`` node and
+(``attrs["calls"]``, where more than one: what dispatching it costs, :mod:`stratopt.cost.default`).
+A mixture-of-experts ``*Experts`` module (3-D expert weights, called with the hidden states and
+the router's top-k choice) is recorded as one ``moe`` node and
 never run, since its routing depends on data a meta tensor does not have; the importer turns it
 into dispatch, expert products and combine, with the all-to-all that expert parallelism implies.
 

@@ -65,9 +65,9 @@ from stratopt.torch.launch import backend, run_ranks
 
 __all__ = ["DTYPES", "KINDS", "Profile", "bar", "fit_gemm", "fit_links", "kind_efficiency", "profile"]
 
-#: The collectives measured, as the machine model names them.
 #: The dtypes ``profile`` measures in, and their bytes (``dtype_bytes``).
 DTYPES = {"float32": 4, "bfloat16": 2}
+#: The collectives measured, as the machine model names them.
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: Per kind, (bandwidth term's factor on the bytes, latency terms) for ``g`` devices: ring formulas.
 _RING: dict[str, Callable[[int], tuple[float, float]]] = {
@@ -285,8 +285,8 @@ def _repeat(run: Callable[[], Any], times: int) -> None:
 
 
 def _measure(rank: int, world: int, payload: tuple[str, tuple[int, ...], bool, float, int, str]) -> Any:
-    """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work): the products, attention, bandwidth and dispatch each rank sees while the others
-    compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
+    """Every measurement on this rank, all ranks at once (:func:`run_ranks`' work): the products,
+    attention, bandwidth and dispatch each rank sees while the others compute too (on a CPU they share its cores, as training's ranks do), then the collectives and
     the FSDP chain; rank 0's figures, each the slowest rank's."""
     import torch
 
