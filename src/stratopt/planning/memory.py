@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from stratopt.planning.mixing import mix, mix_all
+from stratopt.planning.recompute import keeping
 from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
 from stratopt.solvers import solve
 
@@ -34,10 +37,13 @@ def solve_under_memory(
     costing: Any, limit: float, time_limit: float | None, say: Callable[[str], None]
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """(assignment, status, lower bound): the DP's optimum if it fits, else Lagrangian bisection on
-    one price per byte, each step an exact DP; the bound is the best dual value."""
+    one price per byte, each step an exact DP; the bound is the best dual value. Where the costing
+    offers recomputation, the answer's recomputing operators keep their outputs again as far as the
+    memory left holds (:func:`~stratopt.planning.recompute.keeping` as the mixes' companion)."""
     base = [np.asarray(n, dtype=np.float64) for n in costing.node_costs()]
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
-    return under_memory(costing.problem, base, memory, limit, time_limit, say)
+    companion = partial(keeping, costing) if costing.recomputed else None
+    return under_memory(costing.problem, base, memory, limit, time_limit, say, companion=companion)
 
 
 def under_memory(
@@ -49,11 +55,23 @@ def under_memory(
     say: Callable[[str], None],
     *,
     oracle: Callable[[float], tuple[tuple[int, ...], float] | None] | None = None,
+    valid: Callable[[tuple[int, ...]], bool] | None = None,
+    together: Sequence[Sequence[int]] = (),
+    companion: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None,
+    judge: StrategyProblem | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The least-cost assignment of ``problem`` (node costs ``base``) whose summed per-vertex
     ``memory`` stays within ``limit``, as :func:`solve_under_memory` finds it: (assignment, status,
     lower bound). ``oracle(price)``, when given, is the exact optimum (assignment, value) of the
-    costs ``base + price * memory`` (default: the DP on ``problem`` with those node costs)."""
+    costs ``base + price * memory`` (default: the DP on ``problem`` with those node costs).
+
+    The answers that break the limit are then mixed into the one that fits (:func:`mix_all`):
+    between two prices, the Lagrangian's answers jump (no layer recomputes, then all), and the mixes
+    fill the memory in between; ``valid`` rejects mixes the costs do not rule out, the vertices of
+    each set in ``together`` switch together. ``companion(a)``, when given, is one more answer to mix
+    into each (the same strategy recomputing nothing), before the others and after them, the
+    cheaper kept; ``judge`` prices the mixes where they may leave ``problem``'s costs (its
+    forbidden entries a mask the companion lifts; default ``problem``)."""
     started = time.perf_counter()
 
     def left() -> float | None:
@@ -84,6 +102,7 @@ def under_memory(
     if least > limit:
         return None, f"infeasible: the least memory any strategy needs is {least / 1e9:.1f} GB per device", None
     bound = -math.inf
+    over: list[tuple[int, ...]] = [best]  # the answers that break the limit, to mix into one that fits
 
     def penalised(price: float) -> tuple[tuple[int, ...], bool] | None:
         """The exact optimum with memory at ``price`` microseconds per byte, and whether it fits;
@@ -94,6 +113,8 @@ def under_memory(
             return None
         a, value = step
         bound = max(bound, value - price * limit)
+        if used(a) > limit:
+            over.append(a)
         return a, used(a) <= limit
 
     feasible: tuple[int, ...] | None = None
@@ -124,8 +145,33 @@ def under_memory(
         else:
             lo = mid
         say(f"memory price {mid:.3g} us/byte: best fitting {feasible_cost:.1f} us, bound {bound:.1f} us ({i + 1}/14)")
+    mixed = _mixed(judge or problem, memory, limit, feasible, over[-4:], valid, together, companion)
+    if mixed != feasible:
+        feasible, feasible_cost = mixed, float(evaluate(judge or problem, mixed).objective)
+        say(f"mixed with the answers that break the limit: {feasible_cost:.1f} us, bound {bound:.1f} us")
     gap = (feasible_cost - bound) / feasible_cost if feasible_cost > 0 else 0.0
     return feasible, "optimal" if gap <= 1e-9 else "feasible", bound
+
+
+def _mixed(
+    judge: StrategyProblem,
+    memory: list[np.ndarray],
+    limit: float,
+    fitting: tuple[int, ...],
+    over: list[tuple[int, ...]],
+    valid: Callable[[tuple[int, ...]], bool] | None,
+    together: Sequence[Sequence[int]],
+    companion: Callable[[tuple[int, ...]], tuple[int, ...]] | None,
+) -> tuple[int, ...]:
+    """``fitting`` with ``over`` mixed into it, and the companion's mix before and after them
+    (:func:`under_memory`): the cheapest by ``judge``'s costs."""
+    rules: dict[str, Any] = {"valid": valid, "together": together}
+    answers = [mix_all(judge, memory, limit, fitting, over, **rules)]
+    if companion is not None:
+        first = mix(judge, memory, limit, companion(fitting), fitting, **rules)
+        answers.append(mix_all(judge, memory, limit, first, over, **rules))
+        answers.append(mix(judge, memory, limit, companion(answers[0]), answers[0], **rules))
+    return min(answers, key=lambda a: float(evaluate(judge, a).objective))
 
 
 # -- baselines ------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory, under_memory
-from stratopt.planning.recompute import MODES, allowed, blocks
+from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
 from stratopt.planning.words import describe_layers
@@ -216,7 +217,8 @@ def _torch_recompute(
 ) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
     """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
     the search again with the first ``k`` blocks checkpointed, for a few ``k`` (how many blocks the
-    per-operator relaxation recomputes in, half way from there to all, all); the cheapest that fits
+    per-operator relaxation recomputes in, half way from there to all, all), each answer then
+    giving as many blocks their outputs back as the memory left holds; the cheapest that fits
     wins. The bound is the relaxation's (recomputation per operator: a superset)."""
     gpus = where.gpus_per_node
     fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None)
@@ -236,7 +238,7 @@ def _torch_recompute(
     best_time = math.inf if best is None else again.step_time(best)
     for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total}):
         mask = allowed(again, [b.module for b in chain[:k]], chain)
-        assignment, _, _ = _torch_search(again, gpus, limit, time_limit, lambda _m: None, mask)
+        assignment, _, _ = _torch_search(again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True)
         if assignment is None:
             say(f"{k} of {total} blocks recomputing: nothing fits")
             continue
@@ -257,15 +259,31 @@ def _torch_search(
     time_limit: float | None,
     say: Callable[[str], None],
     mask: list[np.ndarray] | None = None,
+    *,
+    loosen: bool = False,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
-    configurations allowed besides); the bound is the least of the meshes' bounds.
+    configurations allowed besides; ``loosen``: the mixes may give masked blocks their outputs
+    back, whole); the bound is the least of the meshes' bounds.
 
     Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched
     best bound first, and one whose bound is no better than the best objective found is not searched
     further (its bound stands for it); among the strategies found, the least step time wins."""
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+
+    def lift(dp: int, tp: int) -> dict[str, Any]:
+        """With blocks checkpointed by ``mask`` and ``loosen``: the mixes may give whole blocks their
+        outputs back (the companion), priced without the mask, and must still checkpoint whole blocks."""
+        if mask is None or not loosen or not costing.recomputed:
+            return {}
+        return {
+            "companion": partial(keeping, costing),
+            "judge": costing.problem.replace(node_costs=restricted_costs(costing, dp, tp)),
+            "valid": lambda a: not isinstance(checkpointed(costing, a), str),
+            "together": [b.inner for b in blocks(costing.graph)],
+        }
+
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         costs = restricted_costs(costing, dp, tp)
@@ -294,7 +312,7 @@ def _torch_search(
             priced = [c + price * m for c, m in zip(costs, memory, strict=True)]
             return exact_dp(problem.replace(node_costs=priced), time_limit)
 
-        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle)
+        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(dp, tp))
         if bound is not None:
             bounds.append(bound)
         if found is not None:

@@ -15,7 +15,8 @@ again in PyTorch and is not priced: one elementwise pass per block.
 
 :func:`blocks` finds the blocks, :func:`allowed` is the per-operator restriction for a set of them,
 :func:`checkpointed` reads the blocks a strategy checkpoints back (or why PyTorch cannot run its
-recomputation), and :data:`MODES` are ``plan --recompute``'s choices.
+recomputation), :func:`keeping` is a strategy with nothing recomputed, and :data:`MODES` are ``plan
+--recompute``'s choices.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from stratopt.graph.ir import Graph
 
-__all__ = ["MODES", "Block", "allowed", "block_of", "blocks", "checkpointed"]
+__all__ = ["MODES", "Block", "allowed", "block_of", "blocks", "checkpointed", "keeping"]
 
 #: ``auto``: the search decides (per operator for the plan on paper, per block for one that runs);
 #: ``full``: every block recomputes (full activation checkpointing); ``none``: nothing does.
@@ -109,3 +110,13 @@ def checkpointed(costing: Any, assignment: tuple[int, ...]) -> list[str] | str:
     if stray:
         return f"operator {ops[stray[0]].name} recomputes its outputs outside every block PyTorch checkpoints"
     return names
+
+
+def keeping(costing: Any, assignment: tuple[int, ...]) -> tuple[int, ...]:
+    """``assignment`` with every recomputing configuration replaced by its twin that keeps its
+    outputs (the same split: :func:`stratopt.cost.build` with ``recompute=True`` lists the
+    configurations twice, the second half recomputing)."""
+    out = []
+    for v, c in enumerate(assignment):
+        out.append(c - len(costing.configs[v]) // 2 if costing.is_recomputed(v, c) else c)
+    return tuple(out)

@@ -16,6 +16,7 @@ allocation, if its tables would not fit the memory cap.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import time
@@ -34,6 +35,7 @@ __all__ = ["ORDERINGS", "DynamicProgramming", "Marginal", "default_memory_cap", 
 _PRUNE_VISITS = 3  # prune() looks at a vertex at most this often (hubs would requeue endlessly)
 _CACHE_ENTRIES = 1 << 16  # min-plus products work on blocks of this many entries (512 KiB)
 _MIN_FILL_CORE = 500  # 'auto' simulates min-fill only on cores up to this many vertices
+_MEMO_WORK = 1 << 20  # min-plus products of at least this many terms are remembered (repeated layers)
 
 
 def default_memory_cap() -> int:
@@ -66,6 +68,8 @@ class _Graph:
     width: int = 0
     # Original choice index of every kept choice (prune() narrows them).
     kept: list[np.ndarray] = field(default_factory=list)
+    # Min-plus products already computed, by the digests of their two operands (repeated layers).
+    products: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.kept:
@@ -89,7 +93,7 @@ class _Graph:
             if (u, v) in pair:
                 pair[(u, v)] = pair[(u, v)] + mat  # parallel edges add up
             else:
-                pair[(u, v)] = mat.copy()
+                pair[(u, v)] = mat  # a view of this solve's own float copy: tables are never changed in place
             adj[u].add(v)
             adj[v].add(u)
         return cls(k, unary, pair, adj)
@@ -138,21 +142,39 @@ class _Graph:
         u, w = nbrs
         left = self.matrix(u, v) + own[None, :]  # K_u x K_v
         right_t = np.ascontiguousarray(self.matrix(v, w).T)  # K_w x K_v
-        best = np.empty((self.k[u], self.k[w]))
-        bp = np.empty((self.k[u], self.k[w]), dtype=_index_dtype(self.k[v]))
-        # A min-plus product, v's axis last and blocks small enough to stay in cache: reducing
-        # over a strided middle axis of one big array was 10-50x slower (Transformer, K = 400).
-        rows = max(1, _CACHE_ENTRIES // max(1, self.k[v] * self.k[w]))
-        for lo in range(0, self.k[u], rows):
-            joint = left[lo : lo + rows, None, :] + right_t[None, :, :]  # rows x K_w x K_v
-            idx = np.argmin(joint, axis=2)
-            bp[lo : lo + rows] = idx
-            best[lo : lo + rows] = np.take_along_axis(joint, idx[..., None], axis=2)[..., 0]
+        best, bp = self._min_plus(left, right_t)
         self._drop_edge(v, u)
         self._drop_edge(v, w)
         self._add_pair(u, w, best)
         self.steps.append((v, (u, w), bp))
         self.width = max(self.width, 2)
+
+    def _min_plus(self, left: np.ndarray, right_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``best[a, b] = min_c left[a, c] + right_t[b, c]`` and its argmin. A model's repeated
+        layers ask for the same large products once per layer: those are computed once, found
+        again by a 128-bit digest of both operands (read-only results, shared)."""
+        k_u, k_v = left.shape
+        k_w = right_t.shape[0]
+        key = None
+        if k_u * k_v * k_w >= _MEMO_WORK:
+            key = (left.shape, right_t.shape, _digest(left), _digest(right_t))
+            if key in self.products:
+                return self.products[key]
+        best = np.empty((k_u, k_w))
+        bp: np.ndarray = np.empty((k_u, k_w), dtype=_index_dtype(k_v))
+        # v's axis last and blocks small enough to stay in cache: reducing over a strided middle
+        # axis of one big array was 10-50x slower (Transformer, K = 400).
+        rows = max(1, _CACHE_ENTRIES // max(1, k_v * k_w))
+        for lo in range(0, k_u, rows):
+            joint = left[lo : lo + rows, None, :] + right_t[None, :, :]  # rows x K_w x K_v
+            idx = np.argmin(joint, axis=2)
+            bp[lo : lo + rows] = idx
+            best[lo : lo + rows] = np.take_along_axis(joint, idx[..., None], axis=2)[..., 0]
+        if key is not None:
+            best.setflags(write=False)
+            bp.setflags(write=False)
+            self.products[key] = (best, bp)
+        return best, bp
 
     def prune(self, frozen: set[int] | frozenset[int] = frozenset()) -> int:
         """Drop choices that can never beat the best choice's worst case; returns how many.
@@ -227,6 +249,10 @@ class _Graph:
             for w in nbrs:
                 if len(self.adj[w]) <= 2 or self.k[w] == 1:
                     heapq.heappush(queue, (self._work(w), w))
+
+
+def _digest(table: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(table).data, digest_size=16).digest()
 
 
 def _index_dtype(k: int) -> type:
