@@ -207,3 +207,26 @@ def test_from_dict_prefixes_source():
     data = {"problem": {"nodes": {"intervals": [[0, 1]], "costs": [[1]], "usages": [[1]]}, "usage_limit": -5}}
     with pytest.raises(ModelError, match=r"^f\.json: usage_limit -5 is negative$"):
         from_iopddl_dict(data, source="f.json")
+
+
+def test_new_node_costs_share_the_edge_tables():
+    """replace(node_costs=...) with as many choices per vertex keeps every other array (a large
+    model's edge tables are gigabytes) and all else as it was; other changes build anew."""
+    p = StrategyProblem(
+        [[1, 2], [3, 4]],
+        [(0, 1)],
+        [[[0, 1], [1, 0]]],
+        intervals=[[0, 1], [0, 1]],
+        usages=[[1, 2], [1, 1]],
+        usage_limit=3,
+        names=["a", "b"],
+        name="two",
+    )
+    q = p.replace(node_costs=[[5, 6], [7, 8]])
+    assert np.shares_memory(q.edge_flat, p.edge_flat)
+    assert q.names == p.names and q.name == "two" and q.usage_limit == 3
+    assert [c.tolist() for c in q.node_costs] == [[5, 6], [7, 8]]
+    assert [c.tolist() for c in p.node_costs] == [[1, 2], [3, 4]]
+    assert evaluate(q, (0, 1)).objective == 5 + 8 + 1
+    with pytest.raises(ModelError, match="cost matrix is 2x2, expected 1x2"):
+        p.replace(node_costs=[[1], [2, 3]])

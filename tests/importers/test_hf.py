@@ -254,11 +254,12 @@ _TABLES = {
 }
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "resnet"])
 def test_every_weight_is_priced_and_named(name: str) -> None:
     """The graph holds every parameter the model has but its position tables, each under its own
     name: linear layers' and GPT-2's Conv1D biases (the term ``addmm`` adds), norms' scales and
-    shifts; a tied weight counts once."""
+    shifts (a batch norm's per channel, not over the batch as PaSE prices them); a tied weight
+    counts once."""
     model, inputs = hf.SMALL[name]()
     graph = from_torch(model, inputs, name=name)
     tables = _TABLES.get(name, set())
@@ -267,4 +268,4 @@ def test_every_weight_is_priced_and_named(name: str) -> None:
     assert held == sum(params.values())
     assert {n for op in graph.operators for n in op.attrs.get("params") or ()} == set(params)
     biased = any(n.endswith(".bias") and len(model.get_parameter(n).shape) == 1 for n in params)
-    assert biased == (name != "llama")  # Llama's products have none
+    assert biased == (name != "llama")  # Llama's products have none (ResNet's are its batch norms' shifts)

@@ -259,3 +259,48 @@ def test_marginal_table_equals_brute_force() -> None:
         assert tuple(a[v] for v in keep) == fixed
         cost = sum(unary[v][a[v]] for v in range(n)) + sum(m[a[u], a[v]] for u, v, m in pairs)
         assert cost == pytest.approx(got[fixed]) or cost == got[fixed] == np.inf
+
+
+def test_repeated_layers_reuse_their_products_and_agree_without(monkeypatch) -> None:
+    """Identical layers (the same tables in every one, K = 128): a stream vertex per layer joined to
+    the next both directly and through a branch of two (as a residual and its block), every stream
+    vertex to one hub of two choices (so that the branches go first). The min-plus
+    products the pre-pass computes for one layer's branch are found again for the others
+    (remembered by a digest of both operands), and the optimum and its cost are those of the same
+    solve remembering nothing."""
+    rng = np.random.default_rng(7)
+    k, layers = 128, 6
+    unary = [rng.uniform(0, 10, k) for _ in range(3)]
+    tables = [rng.uniform(0, 10, (k, k)) for _ in range(4)]
+    node, edges, costs = [], [], []
+    for i in range(layers):  # stream s = 3i, branch a = 3i + 1, b = 3i + 2, then the next stream
+        s = 3 * i
+        node += unary
+        edges += [(s, s + 1), (s + 1, s + 2)]
+        costs += tables[:2]
+        if i + 1 < layers:
+            edges += [(s + 2, s + 3), (s, s + 3)]
+            costs += tables[2:]
+    hub = 3 * layers
+    node.append(np.zeros(2))
+    for i in range(layers):
+        edges.append((3 * i, hub))
+        costs.append(rng.uniform(0, 1, (k, 2)))
+    problem = StrategyProblem(node, edges, costs)
+    solved: list[dp_module._Graph] = []
+    original = dp_module._Graph.from_problem.__func__
+
+    def keep(cls, p):
+        graph = original(cls, p)
+        solved.append(graph)
+        return graph
+
+    monkeypatch.setattr(dp_module._Graph, "from_problem", classmethod(keep))
+    with_memo = solve(problem, "dp")
+    products = [bp for _, dep, bp in solved[-1].steps if len(dep) == 2]
+    assert solved[-1].products and len({id(bp) for bp in products}) < len(products)  # found again, shared
+    monkeypatch.setattr(dp_module, "_MEMO_WORK", 1 << 62)
+    without = solve(problem, "dp")
+    assert not solved[-1].products
+    assert with_memo.objective == pytest.approx(without.objective)
+    assert with_memo.assignment == without.assignment

@@ -365,22 +365,35 @@ class GraphBuilder(Builder):
         )
 
     def norm(
-        self, x: TensorRef, axis: int = -1, *, name: str | None = None, kind: str = "norm", weights: int = 2
+        self,
+        x: TensorRef,
+        axis: int = -1,
+        *,
+        name: str | None = None,
+        kind: str = "norm",
+        weights: int = 2,
+        channel: int | None = None,
     ) -> TensorRef:
         """Normalisation over ``axis``'s statistics: ``axis=0`` is batch norm, the feature axis layer
-        norm; ``weights`` vectors per feature (2: a scale and a shift; 1: a scale, as RMSNorm; 0:
-        none, as OLMo's layer norm)."""
+        norm; ``weights`` vectors (2: a scale and a shift; 1: a scale, as RMSNorm; 0: none, as
+        OLMo's layer norm) along ``channel`` (default ``axis``: PaSE's batch norm holds them over
+        the batch axis, as it prices them; a real one holds one per channel, axis 1)."""
         if len(x) < 2:
             raise ModelError("norm: the input needs at least 2 dimensions")
         if weights not in (0, 1, 2):
             raise ModelError(f"norm: 0, 1 or 2 weight vectors, got {weights!r}")
         ax = self._axis(x, axis, "norm")
-        held = [(self.input((weights, x.shape[ax]), param=True), [[], [f"d{ax}"]])] if weights else []
+        along = ax if channel is None else self._axis(x, channel, "norm")
+        held = [(self.input((weights, x.shape[along]), param=True), [[], [f"d{along}"]])] if weights else []
         return self._over(kind, name, "norm", x, held, attrs={"axis": f"d{ax}"})
 
-    def batchnorm(self, x: TensorRef, *, name: str | None = None, weights: int = 2) -> TensorRef:
-        """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``)."""
-        return self.norm(x, 0, name=name, kind="batchnorm", weights=weights)
+    def batchnorm(
+        self, x: TensorRef, *, name: str | None = None, weights: int = 2, channel: int | None = None
+    ) -> TensorRef:
+        """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``); its
+        weights per ``channel`` where given (importers: axis 1), else over the batch axis as PaSE
+        prices them."""
+        return self.norm(x, 0, name=name, kind="batchnorm", weights=weights, channel=channel)
 
     def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, weights: int = 2) -> TensorRef:
         """Layer normalisation over ``axis`` (default: the last)."""

@@ -265,7 +265,9 @@ def _emit_one(
         if kind == "layernorm":
             return g.layernorm(tensors[0], int(a.get("axis", -1)), name=_safe(n.name), weights=held)
         if kind == "batchnorm":
-            return g.batchnorm(tensors[0], name=_safe(n.name), weights=held)
+            # PyTorch's BatchNorm normalises each data-parallel replica's batch on its own: priced
+            # per sample (reductions where the last spatial axis splits), a scale and shift per channel
+            return g.norm(tensors[0], -1, name=_safe(n.name), kind="batchnorm", weights=held, channel=1)
         return g.softmax(tensors[0], a.get("axis", -1), name=_safe(n.name))
     if kind == "pool" and len(tensors) == 1 and len(tensors[0]) == 4 and len(n.shape) == 4:
         window, stride = a.get("window"), a.get("stride")

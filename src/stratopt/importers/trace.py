@@ -387,10 +387,10 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 pad = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
                 attrs = {"op": type(mod).__name__, "stride": tuple(mod.stride), "pad": pad, "groups": mod.groups}
                 whole(mod, "conv", attrs)
+        elif isinstance(mod, nn.modules.batchnorm._BatchNorm) or type(mod).__name__.endswith("BatchNorm2d"):
+            whole(mod, "batchnorm", {"op": type(mod).__name__})  # before the norms: "Norm2d" names both
         elif _is_norm(mod, nn):
             whole(mod, "layernorm", {"op": type(mod).__name__})
-        elif isinstance(mod, nn.BatchNorm2d | nn.BatchNorm1d):
-            whole(mod, "batchnorm", {"op": type(mod).__name__})
     pre = nn.modules.module.register_module_forward_pre_hook(enter)
     post = nn.modules.module.register_module_forward_hook(leave)
     fake: Any = contextlib.nullcontext()

@@ -572,8 +572,24 @@ class StrategyProblem:
         unknown = set(changes) - set(args)
         if unknown:
             raise ModelError(f"replace() got unknown fields: {', '.join(sorted(unknown))}")
+        if set(changes) == {"node_costs"}:
+            costs = list(changes["node_costs"])
+            if len(costs) == len(self._k) and all(len(c) == int(k) for c, k in zip(costs, self._k, strict=True)):
+                return self._with_node_costs(costs)
         args.update(changes)
         return StrategyProblem(**args)
+
+    def _with_node_costs(self, costs: list[Any]) -> StrategyProblem:
+        """The same problem with new node costs (as many choices each), sharing every other array:
+        a large model's edge tables are gigabytes, and the memory search reprices the nodes only."""
+        flat, _ = _flatten(costs, [(int(x),) for x in self._k], lambda v: f"vertex {self.vertex_label(v)}")
+        node = _readonly(self._check_costs(_as_number_array(flat, "node costs"), "node"))
+        out = object.__new__(type(self))
+        for attr, value in self.__dict__.items():
+            if attr.startswith("_") or attr == "name":  # the stored fields; cached properties are recomputed
+                object.__setattr__(out, attr, value)
+        object.__setattr__(out, "_node_flat", node)
+        return out
 
     def __repr__(self) -> str:
         limit = "" if self._usage_limit is None else f", usage_limit={self._usage_limit}"

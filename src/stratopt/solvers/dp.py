@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError, UnsupportedProblemError
-from stratopt.problem import StrategyProblem, evaluate, float_costs
+from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.orderings import CHUNK_ENTRIES, ORDERINGS, plan
 
@@ -82,7 +82,7 @@ class _Graph:
         node = float_costs(problem.node_flat)
         off = problem.node_offsets
         unary = [node[off[v] : off[v + 1]].copy() for v in range(n)]
-        edge = float_costs(problem.edge_flat)
+        edge = _floats(problem.edge_flat)
         eoff = problem.edge_offsets
         pair: dict[tuple[int, int], np.ndarray] = {}
         adj: list[set[int]] = [set() for _ in range(n)]
@@ -249,6 +249,14 @@ class _Graph:
             for w in nbrs:
                 if len(self.adj[w]) <= 2 or self.k[w] == 1:
                     heapq.heappush(queue, (self._work(w), w))
+
+
+def _floats(values: np.ndarray) -> np.ndarray:
+    """``values`` as float64 with forbidden entries infinite: the problem's own (read-only) array
+    where it is float64 already and forbids nothing (a large model's edge tables are gigabytes)."""
+    if values.dtype == np.float64 and (values.size == 0 or float(values.max()) < FORBIDDEN):
+        return values
+    return float_costs(values)
 
 
 def _digest(table: np.ndarray) -> bytes:
