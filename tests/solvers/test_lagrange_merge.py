@@ -92,6 +92,37 @@ def test_a_merge_takes_the_good_half_of_each_answer():
     assert reference_evaluate(p, [0, 1, 0, 1]) == (20, True) == (solve(p, "brute").objective, True)
 
 
+def _slots_problem(slots: int) -> StrategyProblem:
+    """``slots`` time slots of two vertices each (as :func:`_two_slot_problem`, laid end to end)."""
+    return StrategyProblem(
+        [[0, 10]] * (2 * slots),
+        [],
+        [],
+        intervals=[[t, t + 1] for t in range(slots) for _ in range(2)],
+        usages=[[5, 1]] * (2 * slots),
+        usage_limit=6,
+    )
+
+
+def test_a_merge_too_large_whole_is_made_in_windows_of_time(monkeypatch):
+    """Six slots of two vertices (as :func:`_two_slot_problem`, end to end), three kinds in turn:
+    both answers cost 10 with one big choice each way (both vertices free: a knapsack row of two
+    terms), B cheaper, A cheaper. Both answers cost 80, their best mix 60. With room for two terms,
+    the whole merge (four) is refused; in windows of time it reaches 60. Without windows, nothing."""
+    p = _slots_problem(6)
+    kinds_a, kinds_b = [(0, 1), (1, 1), (0, 1)], [(1, 0), (0, 1), (1, 1)]
+    a = [x for t in range(6) for x in kinds_a[t % 3]]
+    b = [x for t in range(6) for x in kinds_b[t % 3]]
+    assert reference_evaluate(p, a) == (80, True) == reference_evaluate(p, b)
+    model, engine = PenaltyModel.build(p), LocalEngine(p)
+    monkeypatch.setattr(merge, "MERGE_MAX_TERMS", 2)
+    out = merge.merge(model, engine, np.array([a, b]), 30.0, 1)
+    assert out is not None
+    assert reference_evaluate(p, out.tolist()) == (60, True) == (solve(p, "brute").objective, True)
+    monkeypatch.setattr(merge, "WINDOWS", 0)
+    assert merge.merge(model, engine, np.array([a, b]), 30.0, 1) is None
+
+
 def test_a_merge_of_equal_answers_is_nothing_to_do():
     p = _two_slot_problem()
     model, engine = PenaltyModel.build(p), LocalEngine(p)

@@ -33,11 +33,16 @@ from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.repair import polish, resolve_region
 from stratopt.solvers.local_search import LocalEngine
 
-#: Merges whose knapsack rows hold more terms than this are not tried. On IOPDDL N (2 cores) the
-#: merges' rows held 0.8k-11k terms and each merge took 0.1-0.5 s; on K, whose usage stays near the
-#: limit over thousands of slots, most held 400k-600k, and toulbar2 found nothing in 10 s (one with
-#: 12.8k terms took 0.2 s).
+#: Merges whose knapsack rows hold more terms than this are not tried whole. On IOPDDL N (2 cores)
+#: the merges' rows held 0.8k-11k terms and each merge took 0.1-0.5 s; on K, whose usage stays near
+#: the limit over thousands of slots, most held 400k-600k, and toulbar2 found nothing in 10 s (one
+#: with 12.8k terms took 0.2 s). Such a merge is made in windows of time instead (:data:`WINDOWS`).
 MERGE_MAX_TERMS = 100_000
+
+#: A merge too large whole is split in two by time (the free vertices ordered by where their live
+#: intervals start and end), each half merged in turn from the other's result, at most this many
+#: times over (up to 2**WINDOWS windows).
+WINDOWS = 4
 
 #: How many distinct answers the elite pool keeps.
 ELITE = 8
@@ -72,21 +77,53 @@ def merge(
     cheapest) differ re-solved by toulbar2 on the true costs, each among the values the answers
     give it, every other vertex as they all have it, with a knapsack row at every slot where
     those values could break the limit: an assignment within the limit that costs no more than
-    the first, or None when toulbar2 finds none in ``seconds`` (or the rows hold more than
-    :data:`MERGE_MAX_TERMS` terms)."""
-    problem = engine.problem
-    assert problem.usage_limit is not None
+    the first, or None when toulbar2 finds none in ``seconds``. Where the rows would hold more
+    than :data:`MERGE_MAX_TERMS` terms, the merge is made in windows of time (:func:`_windowed`)."""
+    assert engine.problem.usage_limit is not None
     base = answers[0]
     free = (answers != base).any(axis=0)
     if not free.any():
         return None
+    return _windowed(model, engine, base, free, answers, seconds, seed, WINDOWS)
+
+
+def _windowed(
+    model: PenaltyModel,
+    engine: LocalEngine,
+    base: np.ndarray,
+    free: np.ndarray,
+    answers: np.ndarray,
+    seconds: float,
+    seed: int,
+    splits: int,
+) -> np.ndarray | None:
+    """The merge of the ``free`` vertices from ``base``; where its rows hold too many terms and
+    ``splits`` is left, the free vertices in two windows of time (their live intervals' starts and
+    ends, in order), the earlier merged first and the later from its result, half the seconds each:
+    the result of whichever window found one (None where neither did)."""
+    limit = engine.problem.usage_limit
     slots = np.arange(len(engine.profile(base)))
+    report: dict[str, int] = {}
+    zero = np.zeros(engine.n)
     moved = resolve_region(
-        model, engine, base, np.zeros(engine.n), free, seconds, seed, slots, answers, True, MERGE_MAX_TERMS
+        model, engine, base, zero, free, seconds, seed, slots, answers, True, MERGE_MAX_TERMS, report
     )
-    if moved is None or engine.profile(moved).max(initial=0) > problem.usage_limit:
+    if moved is not None:
+        return moved if engine.profile(moved).max(initial=0) <= limit else None
+    if report.get("terms", 0) <= MERGE_MAX_TERMS or splits == 0:
         return None
-    return moved
+    verts = np.flatnonzero(free)
+    intervals = engine.problem.intervals
+    assert intervals is not None
+    order = verts[np.lexsort((intervals[verts, 1], intervals[verts, 0]))]
+    current, found = base, False
+    for half in (order[: len(order) // 2], order[len(order) // 2 :]):
+        window = np.zeros_like(free)
+        window[half] = True
+        got = _windowed(model, engine, current, window, answers, seconds / 2.0, seed, splits - 1)
+        if got is not None:
+            current, found = got, True
+    return current if found else None
 
 
 def merge_job(model: PenaltyModel, engine: LocalEngine, job: MergeJob, budget: float | None) -> Merged:

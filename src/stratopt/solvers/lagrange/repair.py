@@ -92,6 +92,7 @@ def resolve_region(
     among: np.ndarray | None = None,
     no_worse: bool = False,
     max_terms: int | None = None,
+    report: dict[str, int] | None = None,
 ) -> np.ndarray | None:
     """The vertices in ``free`` re-solved by toulbar2 under ``weights``, every other vertex kept:
     a large-neighbourhood move, which changes coupled vertices together where a single-vertex
@@ -100,7 +101,8 @@ def resolve_region(
     there (:func:`_knapsack_rows`). With ``among`` (assignments, one per row), each free vertex
     only takes a value one of them gives it. With ``no_worse`` (``a`` meeting the rows), toulbar2
     looks only for answers that cost no more than ``a``. None when toulbar2 finds nothing in time
-    (or nothing meets the rows), or when the rows hold more than ``max_terms`` terms."""
+    (or nothing meets the rows), or when the rows hold more than ``max_terms`` terms (``report``,
+    when given, gets their number as ``"terms"``)."""
     verts = np.flatnonzero(free)
     if verts.size == 0:
         return None
@@ -122,7 +124,10 @@ def resolve_region(
     rows, within = ragged_arange(sizes)
     table = model.edge[model.edge_off[:-1][inner][rows] + within]
     knapsacks = [] if slots is None else _knapsack_rows(engine, a, verts, cls, np.isfinite(unary), slots)
-    if max_terms is not None and sum(len(terms) for terms, _ in knapsacks) > max_terms:
+    terms = sum(len(row) for row, _ in knapsacks)
+    if report is not None:
+        report["terms"] = terms
+    if max_terms is not None and terms > max_terms:
         return None
     region = CostNetwork(
         cls.seg_len, seg_off, unary, local[model.edges[inner]], np.append(0, np.cumsum(sizes)), table, 0.0
