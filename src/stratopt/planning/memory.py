@@ -13,6 +13,7 @@ import numpy as np
 
 from stratopt.planning.mixing import mix, mix_all
 from stratopt.planning.recompute import keeping
+from stratopt.planning.twins import Twins
 from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate
 from stratopt.solvers import solve
 
@@ -37,13 +38,19 @@ def solve_under_memory(
     costing: Any, limit: float, time_limit: float | None, say: Callable[[str], None]
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """(assignment, status, lower bound): the DP's optimum if it fits, else Lagrangian bisection on
-    one price per byte, each step an exact DP; the bound is the best dual value. Where the costing
+    one price per byte, each step an exact DP (on one choice per split: :class:`Twins`); the bound is
+    the best dual value. Where the costing
     offers recomputation, the answer's recomputing operators keep their outputs again as far as the
     memory left holds (:func:`~stratopt.planning.recompute.keeping` as the mixes' companion)."""
     base = [np.asarray(n, dtype=np.float64) for n in costing.node_costs()]
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
     companion = partial(keeping, costing) if costing.recomputed else None
-    return under_memory(costing.problem, base, memory, limit, time_limit, say, companion=companion)
+    twins = Twins(costing.problem, costing.configs)
+
+    def oracle(price: float) -> tuple[tuple[int, ...], float] | None:
+        return twins.solve([b + price * m for b, m in zip(base, memory, strict=True)], time_limit)
+
+    return under_memory(costing.problem, base, memory, limit, time_limit, say, oracle=oracle, companion=companion)
 
 
 def under_memory(

@@ -50,10 +50,11 @@ from stratopt.instances import load_instance
 from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
-from stratopt.planning.memory import exact_dp, solve_under_memory, strategy_memory, under_memory
+from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
 from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
+from stratopt.planning.twins import Twins
 from stratopt.planning.words import describe_layers
 from stratopt.problem import FORBIDDEN, evaluate
 from stratopt.sim.trace import simulate_strategy
@@ -115,7 +116,11 @@ def plan(
             )
     else:
         assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
-        fastest = exact_dp(costing.problem, time_limit) if recompute == "auto" else None
+        fastest = (
+            Twins(costing.problem, costing.configs).solve(costing.node_costs(), time_limit)
+            if recompute == "auto"
+            else None
+        )
         if fastest is not None and strategy_memory(costing, fastest[0]) > limit:
             # Memory binds: every operator may also recompute its outputs instead of keeping them. The
             # configurations double; the first half is as before (so is every baseline and the plan
@@ -284,6 +289,7 @@ def _torch_search(
             "together": [b.inner for b in blocks(costing.graph)],
         }
 
+    twins = Twins(costing.problem, costing.configs)  # every mesh's costs differ at the nodes only
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         costs = restricted_costs(costing, dp, tp)
@@ -294,7 +300,7 @@ def _torch_search(
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue
         problem = costing.problem.replace(node_costs=costs)
-        fastest = exact_dp(problem, time_limit)
+        fastest = twins.solve(costs, time_limit)
         if fastest is not None:
             runs.append((fastest[1], dp, tp, problem, costs, fastest))
     best: tuple[int, ...] | None = None
@@ -306,11 +312,10 @@ def _torch_search(
             say(f"mesh {dp} x {tp}: at best {value:.1f} us, no better than {best_objective:.1f} us found")
             continue
 
-        def oracle(price: float, problem: Any = problem, costs: Any = costs, fastest: Any = fastest) -> Any:
+        def oracle(price: float, costs: Any = costs, fastest: Any = fastest) -> Any:
             if price == 0.0:
                 return fastest
-            priced = [c + price * m for c, m in zip(costs, memory, strict=True)]
-            return exact_dp(problem.replace(node_costs=priced), time_limit)
+            return twins.solve([c + price * m for c, m in zip(costs, memory, strict=True)], time_limit)
 
         found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(dp, tp))
         if bound is not None:
