@@ -10,8 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from stratopt.planning.memory import under_memory
-from stratopt.planning.mixing import mix, mix_all
+from stratopt.instances import load_instance
+from stratopt.planning.cluster import cluster, price
+from stratopt.planning.memory import solve_under_memory, under_memory
+from stratopt.planning.mixing import _components, mix, mix_all
+from stratopt.planning.recompute import keeping
 from stratopt.problem import StrategyProblem, evaluate
 
 
@@ -86,3 +89,30 @@ def test_mix_all_takes_the_cheapest_other_first_and_keeps_fitting() -> None:
     best = mix_all(problem, memory, 8.0, lean, others)
     assert sum(memory[v][c] for v, c in enumerate(best)) <= 8.0
     assert float(evaluate(problem, best).objective) == pytest.approx(_brute(problem, memory, 8.0))
+
+
+def test_recomputing_operators_get_their_outputs_back_where_memory_is_left() -> None:
+    """The memory search on GPT's shape with recomputation offered, under a limit 80% of the way
+    from the least memory to what the fastest strategy needs: in its answer, no piece of
+    recomputing operators (joined by edges) could keep its outputs again, still fit and cost less
+    (without the companion mix, 24 such pieces were left)."""
+    where = cluster(1, 4, "h100")
+    costing = price(load_instance("gpt"), where.devices, where.machine, recompute=True)
+    memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
+    least = sum(float(m.min()) for m in memory)
+    free, _, _ = solve_under_memory(costing, math.inf, 60, lambda _m: None)
+    assert free is not None
+    limit = least + 0.8 * (sum(float(m[c]) for m, c in zip(memory, free, strict=True)) - least)
+    found, _, bound = solve_under_memory(costing, limit, 60, lambda _m: None)
+    assert found is not None and bound is not None
+    used = sum(float(m[c]) for m, c in zip(memory, found, strict=True))
+    cost = float(evaluate(costing.problem, found).objective)
+    assert used <= limit and cost >= bound - 1e-6
+    kept = keeping(costing, found)
+    for piece in _components(costing.problem, kept, found):
+        other = list(found)
+        for v in piece:
+            other[v] = kept[v]
+        grows = sum(float(memory[v][kept[v]] - memory[v][found[v]]) for v in piece)
+        saves = cost - float(evaluate(costing.problem, other).objective)
+        assert saves <= 1e-9 * cost or used + grows > limit
