@@ -387,13 +387,10 @@ class GraphBuilder(Builder):
         held = [(self.input((weights, x.shape[along]), param=True), [[], [f"d{along}"]])] if weights else []
         return self._over(kind, name, "norm", x, held, attrs={"axis": f"d{ax}"})
 
-    def batchnorm(
-        self, x: TensorRef, *, name: str | None = None, weights: int = 2, channel: int | None = None
-    ) -> TensorRef:
-        """Batch normalisation (statistics over the batch axis, as PaSE's ``BatchNorm``); its
-        weights per ``channel`` where given (importers: axis 1), else over the batch axis as PaSE
-        prices them."""
-        return self.norm(x, 0, name=name, kind="batchnorm", weights=weights, channel=channel)
+    def batchnorm(self, x: TensorRef, *, name: str | None = None, weights: int = 2) -> TensorRef:
+        """Batch normalisation as PaSE's ``BatchNorm`` prices it: statistics and weights over the
+        batch axis (the importers' batch norms: :meth:`norm` with ``channel=1``)."""
+        return self.norm(x, 0, name=name, kind="batchnorm", weights=weights)
 
     def layernorm(self, x: TensorRef, axis: int = -1, *, name: str | None = None, weights: int = 2) -> TensorRef:
         """Layer normalisation over ``axis`` (default: the last)."""

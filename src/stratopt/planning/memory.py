@@ -39,9 +39,9 @@ def solve_under_memory(
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """(assignment, status, lower bound): the DP's optimum if it fits, else Lagrangian bisection on
     one price per byte, each step an exact DP (on one choice per split: :class:`Twins`); the bound is
-    the best dual value. Where the costing
-    offers recomputation, the answer's recomputing operators keep their outputs again as far as the
-    memory left holds (:func:`~stratopt.planning.recompute.keeping` as the mixes' companion)."""
+    the best dual value. Where the costing offers recomputation, the answer's recomputing operators
+    keep their outputs again as far as the memory left holds (:func:`~stratopt.planning.recompute.keeping`
+    as the mixes' companion)."""
     base = [np.asarray(n, dtype=np.float64) for n in costing.node_costs()]
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
     companion = partial(keeping, costing) if costing.recomputed else None

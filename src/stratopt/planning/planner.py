@@ -277,14 +277,15 @@ def _torch_search(
     further (its bound stands for it); among the strategies found, the least step time wins."""
     memory = [np.asarray(c.memory, dtype=np.float64) for c in costing.vertex_costs]
 
-    def lift(dp: int, tp: int) -> dict[str, Any]:
+    def lift(runnable: list[np.ndarray]) -> dict[str, Any]:
         """With blocks checkpointed by ``mask`` and ``loosen``: the mixes may give whole blocks their
-        outputs back (the companion), priced without the mask, and must still checkpoint whole blocks."""
+        outputs back (the companion), priced without the mask (the mesh's ``runnable`` costs), and
+        must still checkpoint whole blocks."""
         if mask is None or not loosen or not costing.recomputed:
             return {}
         return {
             "companion": partial(keeping, costing),
-            "judge": costing.problem.replace(node_costs=restricted_costs(costing, dp, tp)),
+            "judge": costing.problem.replace(node_costs=runnable),
             "valid": lambda a: not isinstance(checkpointed(costing, a), str),
             "together": [b.inner for b in blocks(costing.graph)],
         }
@@ -292,7 +293,7 @@ def _torch_search(
     twins = Twins(costing.problem, costing.configs)  # every mesh's costs differ at the nodes only
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
-        costs = restricted_costs(costing, dp, tp)
+        runnable = costs = restricted_costs(costing, dp, tp)
         if costs is not None and mask is not None:
             costs = _masked(costs, mask)
             costs = None if any(not np.any(c < FORBIDDEN) for c in costs) else costs
@@ -301,12 +302,12 @@ def _torch_search(
             continue
         problem = costing.problem.replace(node_costs=costs)
         fastest = twins.solve(costs, time_limit)
-        if fastest is not None:
-            runs.append((fastest[1], dp, tp, problem, costs, fastest))
+        if fastest is not None and runnable is not None:
+            runs.append((fastest[1], dp, tp, problem, costs, fastest, runnable))
     best: tuple[int, ...] | None = None
     best_objective = math.inf
     bounds: list[float] = []
-    for value, dp, tp, problem, costs, fastest in sorted(runs, key=lambda r: r[0]):
+    for value, dp, tp, problem, costs, fastest, runnable in sorted(runs, key=lambda r: r[0]):
         if value >= best_objective:
             bounds.append(value)
             say(f"mesh {dp} x {tp}: at best {value:.1f} us, no better than {best_objective:.1f} us found")
@@ -317,7 +318,7 @@ def _torch_search(
                 return fastest
             return twins.solve([c + price * m for c, m in zip(costs, memory, strict=True)], time_limit)
 
-        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(dp, tp))
+        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(runnable))
         if bound is not None:
             bounds.append(bound)
         if found is not None:

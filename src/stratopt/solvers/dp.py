@@ -93,7 +93,7 @@ class _Graph:
             if (u, v) in pair:
                 pair[(u, v)] = pair[(u, v)] + mat  # parallel edges add up
             else:
-                pair[(u, v)] = mat  # a view of this solve's own float copy: tables are never changed in place
+                pair[(u, v)] = mat  # a view (of the problem's read-only tables or a float copy): never changed in place
             adj[u].add(v)
             adj[v].add(u)
         return cls(k, unary, pair, adj)
