@@ -3,6 +3,8 @@ the strategy, exported, and refused where the search recomputed operators no blo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
 from stratopt.planning import plan
 from stratopt.planning.export import ExportedPlan, load_plan, plan_from_dict
-from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed
+from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed, kept, savable
 from stratopt.planning.torchplan import find_mesh
 
 
@@ -86,6 +88,69 @@ def test_checkpointed_refuses_recomputation_no_block_runs() -> None:
     assert "keeps its outputs in block layers.0" in checkpointed(costing, recomputing("layers.0.up"))
     assert checkpointed(costing, recomputing("layers.0.norm", "layers.0.up", "layers.0.down")) == ["layers.0"]
     assert isinstance(find_mesh(costing, recomputing("layers.0.up"), 2), str)
+
+
+def test_selective_keeps_a_modules_products_and_recomputes_the_rest() -> None:
+    """Checkpointed selectively, a block's products may keep their outputs (each module whole) and
+    every other inner operator recomputes; read back, the kept modules are what the runtime saves."""
+    graph = _stack(2)
+    costing = build(graph, 2, profile="default", machine="h100", recompute=True)
+    found = blocks(graph)
+    names = [op.name for op in graph.operators]
+    mask = allowed(costing, ["layers.0"], found, selective=True)
+    whole = allowed(costing, ["layers.0"], found)
+    for v, m in enumerate(mask):
+        again = np.asarray(costing.recomputed[v], dtype=bool)
+        if v in found[0].inner and savable(graph.operators[v]):  # the two products: either way
+            assert m.all() and not (whole[v] == m).all(), names[v]
+        else:  # the norm recomputes; the rest as without selection
+            assert (m == whole[v]).all(), names[v]
+            assert (m == again).all() == (v in found[0].inner), names[v]
+    assert not savable(graph.operators[names.index("layers.0.norm")])
+    base = tuple(int(np.flatnonzero(~np.asarray(r, dtype=bool))[0]) for r in costing.recomputed)
+
+    def recomputing(*ops: str) -> tuple[int, ...]:
+        a = list(base)
+        for name in ops:
+            v = names.index(name)
+            a[v] = int(np.flatnonzero(np.asarray(costing.recomputed[v], dtype=bool))[0])
+        return tuple(a)
+
+    a = recomputing("layers.0.norm", "layers.0.down")  # up keeps its outputs
+    assert checkpointed(costing, a) == ["layers.0"]
+    assert kept(costing, a) == (["layers.0.up"], [])
+    assert not isinstance(find_mesh(costing, a, 2), str)
+    assert kept(costing, recomputing("layers.0.norm", "layers.0.up", "layers.0.down")) == ([], [])
+    assert kept(costing, base) == ([], [])
+    # two operators of one module (shared weights) cannot differ: PyTorch saves a module whole
+    graph.operators[names.index("layers.0.down")].attrs["params"] = ["layers.0.up.weight"]
+    assert "keeps part of its outputs" in checkpointed(costing, a)
+
+
+def test_a_selective_plan_exports_what_it_keeps_and_loads_back(llama_graph, tmp_path) -> None:
+    fastest = plan(llama_graph, 1, 2, simulate=False, expressible="torch", recompute="none")
+    limit = 0.35 * float(fastest.plan.memory) / 1e9
+    result = plan(llama_graph, 1, 2, simulate=False, expressible="torch", memory_gb=limit)
+    assert result.plan.fits and result.plan.memory <= limit * 1e9
+    exported = ExportedPlan.of(result)
+    assert exported.selective and exported.recompute
+    assert all(any(n.startswith(b + ".") for b in exported.recompute) for n in exported.keep)
+    assert set(exported.keep) <= set(exported.modules)
+    path = tmp_path / "plan.json"
+    exported.write(path)
+    back = load_plan(path)
+    assert (back.keep, back.keep_attention) == (exported.keep, exported.keep_attention)
+    # recomputing only where memory binds: faster than every block recomputed whole at the same limit
+    whole = plan(llama_graph, 1, 2, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
+    assert whole.plan.estimate is None or result.plan.estimate < whole.plan.estimate
+    data = exported.to_dict()
+    with pytest.raises(ModelError, match="in no block the plan recomputes"):
+        plan_from_dict(data | {"keep": ["embed_tokens"]})
+    with pytest.raises(ModelError, match="'keep_attention' names 'norm'"):
+        plan_from_dict(data | {"keep_attention": ["norm"]})
+    with pytest.raises(ModelError, match="'keep' must be a list of module names"):
+        plan_from_dict(data | {"keep": "layers.0.mlp"})
+    assert not plan_from_dict({k: v for k, v in data.items() if not k.startswith("keep")}).selective
 
 
 def test_torch_fx_operators_carry_the_module_that_ran_them() -> None:
@@ -239,3 +304,27 @@ def test_meshes_skipped_by_their_bound_lose_no_objective(llama_graph) -> None:
     assert min(every) >= bound - 1e-6
     assert objective <= min(every) * 1.05
     assert any("no better than" in line for line in said) or len(every) <= 1
+
+
+def test_the_check_reports_a_kept_product_run_again() -> None:
+    """check-plan's recomputed products: a kept module runs none again, a recomputed one as many as
+    its forward ran, the block's attention kernel as the plan keeps it; any other count fails."""
+    from stratopt.torch.check import _product_rows
+
+    plan_ = ExportedPlan("m", {}, None, None, None, {}, recompute=("layers.0",), keep=("layers.0.up",))
+    good = {
+        "layers.0.up": {"forward": {"product": 1}, "recompute": {}},
+        "layers.0.down": {"forward": {"product": 1}, "recompute": {"product": 1}},
+        "layers.0.attn": {"forward": {"attention": 1}, "recompute": {"attention": 1}},
+        "head": {"forward": {"product": 1}, "recompute": {}},  # outside every checkpointed block
+    }
+    rows = _product_rows(plan_, good)
+    assert [(r["what"], r["planned"], r["counted"]) for r in rows] == [
+        ("layers.0.down", 1, 1),
+        ("layers.0.up", 0, 0),
+        ("layers.0", 1, 1),
+    ]
+    bad = good | {"layers.0.up": {"forward": {"product": 1}, "recompute": {"product": 1}}}
+    assert [r["what"] for r in _product_rows(plan_, bad) if r["planned"] != r["counted"]] == ["layers.0.up"]
+    kept_attention = dataclasses.replace(plan_, keep_attention=("layers.0",))
+    assert [r["what"] for r in _product_rows(kept_attention, good) if r["planned"] != r["counted"]] == ["layers.0"]

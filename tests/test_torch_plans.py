@@ -64,6 +64,16 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     limit = 0.6 * float(spread.plan.memory or 0.0) / 1e9
     tight = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
     out.append((llama, "recompute-fsdp", ExportedPlan.of(tight)))
+    # checkpointed selectively: at 35% of the fastest plan's memory some products keep their outputs
+    fastest = plan(llama, 1, world, simulate=False, expressible="torch", recompute="none")
+    limit = 0.35 * float(fastest.plan.memory or 0.0) / 1e9
+    out.append(
+        (
+            llama,
+            "selective",
+            ExportedPlan.of(plan(llama, 1, world, simulate=False, expressible="torch", memory_gb=limit)),
+        )
+    )
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan("stratopt.importers.hf:mixtral", 1, world, simulate=False, expressible="torch")
         for strategy in moe.baselines:
@@ -175,8 +185,15 @@ def test_every_plan_runs_as_priced(checked) -> None:
             again = [n for n, r in report.reruns.items() if r["planned"]]
             assert len(again) > len(exported.recompute) and report.checks["recomputation"], name
             assert all(r["counted"] == r["planned"] for r in report.reruns.values()), name
+            assert report.products and all(r["counted"] == r["planned"] > 0 for r in report.products), name
             if name == "recompute-fsdp":
                 assert any(e["fsdp"] for e in exported.modules.values()), "60% of the memory shards some weights"
+        elif name == "selective":  # what the plan keeps is not run again, and the rest is
+            assert exported.recompute == ("layers.0", "layers.1") and exported.keep, name
+            products = [r for r in report.products if r["kind"] == "product"]
+            assert {r["what"] for r in products if not r["planned"]} == set(exported.keep), name
+            assert any(r["counted"] > 0 for r in products) or world == 4, "some products recompute"
+            assert all(r["counted"] == r["planned"] for r in report.products) and report.checks["recomputation"]
         elif name.startswith("moe"):
             experts = [e for n, e in exported.modules.items() if n.endswith("mlp.experts")]
             assert len(experts) == 2 and all(len(e["params"]) == 2 for e in experts), name

@@ -386,6 +386,11 @@ def print_check(report: Any) -> None:
             f"recomputation       {verdict('recomputation'):8}  {counted} of {len(again)} modules and blocks ran "
             f"their forward again as planned ({planned} recompute)"
         )
+    if report.products:
+        rows = report.products
+        matched = sum(1 for r in rows if r["planned"] == r["counted"])
+        saved = sum(1 for r in rows if not r["planned"])
+        print(f"{'':28}{matched} of {len(rows)} products and attention kernels re-ran as planned ({saved} kept)")
     if report.stages > 1:
         moved = report.transfers
         matched = sum(1 for row in moved if row["match"])

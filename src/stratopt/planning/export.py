@@ -11,7 +11,9 @@ parameters and the collectives priced); where DTensor cannot run the plan, ``mes
 ``modules`` empty and ``why`` says which operator stops it. ``recompute`` lists the blocks (modules)
 checkpointed: each runs its forward again in the backward pass instead of keeping what it makes
 (:mod:`~stratopt.planning.recompute`); a module inside one has a ``"recompute"`` pass among its
-collectives. ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
+collectives. Where a block is checkpointed selectively, ``keep`` lists the modules inside checkpointed
+blocks whose products keep their outputs and ``keep_attention`` the blocks whose attention kernel
+does (both absent where every checkpointed block recomputes whole). ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
 (no mesh) and 2 (no recomputation) still load.
 
 A pipelined plan (``plan --stages N --expressible torch``, or ``--microbatches M`` alone: gradient
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stratopt.errors import ModelError
-from stratopt.planning.recompute import checkpointed
+from stratopt.planning.recompute import checkpointed, kept
 from stratopt.planning.torchplan import find_mesh, module_placements
 from stratopt.problem import read_json
 
@@ -63,6 +65,13 @@ class ExportedPlan:
     recompute: tuple[str, ...] = ()
     name: str = "plan"
     pipeline: dict[str, Any] | None = None
+    keep: tuple[str, ...] = ()
+    keep_attention: tuple[str, ...] = ()
+
+    @property
+    def selective(self) -> bool:
+        """Whether some checkpointed block keeps part of its outputs (selective checkpointing)."""
+        return bool(self.keep or self.keep_attention)
 
     @property
     def stages(self) -> int:
@@ -79,9 +88,11 @@ class ExportedPlan:
         mesh, modules, why = _modules(costing, plan.assignment, result.cluster.gpus_per_node)
         found = checkpointed(costing, plan.assignment)
         recompute = tuple(found) if isinstance(found, list) else ()
+        saved, attention = kept(costing, plan.assignment) if mesh is not None else ([], [])
         return cls(
-            result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why, recompute
-        )
+            result.model, cluster, plan.estimate, plan.simulated, plan.memory, ops, mesh, modules, why, recompute,
+            keep=tuple(saved), keep_attention=tuple(attention),
+        )  # fmt: skip
 
     @classmethod
     def of_pipeline(cls, result: Any, run: Any) -> ExportedPlan:
@@ -108,6 +119,7 @@ class ExportedPlan:
             "mesh": None if self.mesh is None else {"shape": list(self.mesh), "names": ["dp", "tp"]},
             "modules": self.modules,
             "recompute": list(self.recompute),
+            **({"keep": list(self.keep), "keep_attention": list(self.keep_attention)} if self.selective else {}),
             **({"why": self.why} if self.why else {}),
             **({"pipeline": self.pipeline} if self.pipeline is not None else {}),
         }
@@ -217,6 +229,16 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
     recompute = data.get("recompute", [])
     if not (isinstance(recompute, list) and all(isinstance(x, str) and x for x in recompute)):
         raise ModelError(f"{path}: 'recompute' must be a list of module names, got {recompute!r}")
+    keep, attention = data.get("keep", []), data.get("keep_attention", [])
+    for key, names in (("keep", keep), ("keep_attention", attention)):
+        if not (isinstance(names, list) and all(isinstance(x, str) and x for x in names)):
+            raise ModelError(f"{path}: {key!r} must be a list of module names, got {names!r}")
+    for name in keep:
+        if not any(name.startswith(block + ".") for block in recompute):
+            raise ModelError(f"{path}: 'keep' names module {name!r}, which is in no block the plan recomputes")
+    for name in attention:
+        if name not in recompute:
+            raise ModelError(f"{path}: 'keep_attention' names {name!r}, which is not a block the plan recomputes")
     return ExportedPlan(
         data["model"],
         cluster,
@@ -227,6 +249,8 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
         recompute=tuple(recompute),
         name=str(data.get("strategy", "plan")),
         pipeline=pipeline,
+        keep=tuple(keep),
+        keep_attention=tuple(attention),
         **figures,
     )
 

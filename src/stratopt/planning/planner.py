@@ -30,6 +30,8 @@ fit are candidates too (all are in the space), so the plan is never worse than a
 Every strategy's estimate is :meth:`~stratopt.cost.Costing.step_time`: on a calibrated machine,
 communication overlapped with the compute as frameworks overlap it (the search minimises the same
 with the overlap taken operator by operator); the plan is the candidate with the least estimate.
+A plan that runs with blocks checkpointed selectively adds the forward communication its kept
+products issue again (:func:`~stratopt.planning.recompute.reissued`, which the search does not see).
 Where the simulator runs a fitting baseline faster than the plan, the result says so
 (:meth:`PlanResult.simulated_faster`).
 """
@@ -51,7 +53,7 @@ from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
-from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping
+from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping, reissue_costs, reissued
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
 from stratopt.planning.twins import Twins
@@ -136,8 +138,11 @@ def plan(
 
     constant = float(getattr(costing.profile, "step_overhead", 0.0))  # per step, outside the task graph
 
+    def timed(a: tuple[int, ...]) -> float:
+        return costing.step_time(a) + (reissued(costing, a) if expressible == "torch" else 0.0)
+
     def measured(name: str, a: tuple[int, ...], note: str) -> Strategy:
-        estimate = costing.step_time(a)
+        estimate = timed(a)
         memory = strategy_memory(costing, a)
         simulated = None
         if simulate:
@@ -161,10 +166,10 @@ def plan(
     if expressible == "torch":
         note += " among the strategies DTensor runs"
     if assignment is not None:
-        candidates.append((costing.step_time(assignment), assignment))
+        candidates.append((timed(assignment), assignment))
     if candidates:
         cost, chosen = min(candidates, key=lambda c: c[0])
-        if assignment is None or cost < costing.step_time(assignment) - 1e-9:
+        if assignment is None or cost < timed(assignment) - 1e-9:
             note = "a baseline: better than what the memory search found"
         best = measured("plan", chosen, note)
     else:
@@ -221,10 +226,12 @@ def _torch_recompute(
     say: Callable[[str], None],
 ) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
     """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
-    the search again with the first ``k`` blocks checkpointed, for a few ``k`` (how many blocks the
-    per-operator relaxation recomputes in, half way from there to all, all), each answer then
-    giving as many blocks their outputs back as the memory left holds; the cheapest that fits
-    wins. The bound is the relaxation's (recomputation per operator: a superset)."""
+    the search again with the first ``k`` blocks checkpointed selectively (each module's product
+    kept or recomputed as the search decides, :mod:`~stratopt.planning.recompute`), for a few ``k``
+    (how many blocks the per-operator relaxation recomputes in, half way from there to all, all),
+    each answer then giving as many blocks their outputs back as the memory left holds; the
+    cheapest that fits wins, every block recomputed whole among them (the fused attention
+    recomputed too). The bound is the relaxation's (recomputation per operator: a superset)."""
     gpus = where.gpus_per_node
     fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None)
     if fastest is None or strategy_memory(costing, fastest) <= limit:
@@ -240,15 +247,21 @@ def _torch_recompute(
     recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
     k0, total = len(recomputing), len(chain)
     best = found[0]
-    best_time = math.inf if best is None else again.step_time(best)
-    for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total}):
-        mask = allowed(again, [b.module for b in chain[:k]], chain)
-        assignment, _, _ = _torch_search(again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True)
+    best_time = math.inf if best is None else again.step_time(best) + reissued(again, best)
+    tries = [(k, True) for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total})]
+    for k, selective in [*tries, (total, False)]:  # and every block recomputed whole
+        on = [b.module for b in chain[:k]]
+        mask = allowed(again, on, chain, selective=selective)
+        extra = reissue_costs(again, on, chain) if selective else None
+        assignment, _, _ = _torch_search(
+            again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True, surcharge=extra
+        )
+        what = f"{k} of {total} blocks recomputing{'' if selective else ' whole'}"
         if assignment is None:
-            say(f"{k} of {total} blocks recomputing: nothing fits")
+            say(f"{what}: nothing fits")
             continue
-        took = again.step_time(assignment)
-        say(f"{k} of {total} blocks recomputing: {took:.1f} us")
+        took = again.step_time(assignment) + reissued(again, assignment)
+        say(f"{what}: {took:.1f} us")
         if took < best_time:
             best, best_time = assignment, took
     if best is None:
@@ -266,11 +279,14 @@ def _torch_search(
     mask: list[np.ndarray] | None = None,
     *,
     loosen: bool = False,
+    surcharge: list[np.ndarray] | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
     configurations allowed besides; ``loosen``: the mixes may give masked blocks their outputs
-    back, whole); the bound is the least of the meshes' bounds.
+    back, whole; ``surcharge``: per operator, time added to the allowed configurations, the forward
+    communication a selectively checkpointed block issues again); the bound is the least of the
+    meshes' bounds.
 
     Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched
     best bound first, and one whose bound is no better than the best objective found is not searched
@@ -297,6 +313,8 @@ def _torch_search(
         if costs is not None and mask is not None:
             costs = _masked(costs, mask)
             costs = None if any(not np.any(c < FORBIDDEN) for c in costs) else costs
+        if costs is not None and surcharge is not None:
+            costs = [np.where(c < FORBIDDEN, c + s, c) for c, s in zip(costs, surcharge, strict=True)]
         if costs is None:
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue

@@ -1,4 +1,4 @@
-"""Recomputation as PyTorch runs it: whole blocks checkpointed.
+"""Recomputation as PyTorch runs it: blocks checkpointed, whole or selectively.
 
 The cost model offers recomputation per operator (:func:`stratopt.cost.build` with
 ``recompute=True``): a recomputing configuration keeps none of its outputs for the backward pass and
@@ -13,10 +13,22 @@ input), so a strategy PyTorch runs recomputes exactly the inner operators of a s
 other. The forward of the operators whose outputs leave the block (one residual add) also runs
 again in PyTorch and is not priced: one elementwise pass per block.
 
-:func:`blocks` finds the blocks, :func:`allowed` is the per-operator restriction for a set of them,
-:func:`checkpointed` reads the blocks a strategy checkpoints back (or why PyTorch cannot run its
-recomputation), :func:`keeping` is a strategy with nothing recomputed, and :data:`MODES` are ``plan
---recompute``'s choices.
+**Selective** checkpointing (``plan --recompute auto`` for a plan that runs) keeps some outputs of a
+checkpointed block: PyTorch's selective activation checkpointing saves the outputs of the operations
+a policy names and runs the rest of the block's forward again. Here the policy names the products of
+the modules the plan keeps (a linear layer's matrix product: a :func:`savable` operator keeping its
+outputs inside a checkpointed block) and the fused attention kernel (always kept: its scores are never
+stored, and half a kernel cannot be recomputed); every other operator of the block recomputes. A kept
+module's forward still runs again around its saved product, so its forward collectives are issued
+again (as in a block recomputed whole): the search adds their time to the kept product
+(:func:`reissue_costs`), and a plan's estimate adds it with the output re-layouts a checkpointed
+module repeats (:func:`reissued`), which the per-operator prices leave out.
+
+:func:`blocks` finds the blocks, :func:`allowed` is the per-operator restriction for a set of them
+(whole or selective), :func:`checkpointed` reads the blocks a strategy checkpoints back (or why
+PyTorch cannot run its recomputation) and :func:`kept` what selective checkpointing saves in them,
+:func:`keeping` is a strategy with nothing recomputed, and :data:`MODES` are ``plan --recompute``'s
+choices.
 """
 
 from __future__ import annotations
@@ -27,9 +39,21 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.graph.ir import Graph
+from stratopt.graph.ir import Graph, Operator
 
-__all__ = ["MODES", "Block", "allowed", "block_of", "blocks", "checkpointed", "keeping"]
+__all__ = [
+    "MODES",
+    "Block",
+    "allowed",
+    "block_of",
+    "blocks",
+    "checkpointed",
+    "keeping",
+    "kept",
+    "reissue_costs",
+    "reissued",
+    "savable",
+]
 
 #: ``auto``: the search decides (per operator for the plan on paper, per block for one that runs);
 #: ``full``: every block recomputes (full activation checkpointing); ``none``: nothing does.
@@ -78,22 +102,59 @@ def blocks(graph: Graph) -> list[Block]:
     return found
 
 
-def allowed(costing: Any, on: Collection[str], found: list[Block] | None = None) -> list[np.ndarray]:
+def savable(op: Operator) -> bool:
+    """Whether selective checkpointing may keep ``op``'s outputs in a checkpointed block: a product
+    of a module's weights (its matrix product saved) or part of the fused attention kernel."""
+    if op.attrs.get("fused_attention"):
+        return True
+    return op.op in ("gemm", "conv") and not op.attrs.get("lookup") and any(i.param for i in op.inputs)
+
+
+def allowed(
+    costing: Any, on: Collection[str], found: list[Block] | None = None, *, selective: bool = False
+) -> list[np.ndarray]:
     """Per operator, the configurations a strategy that checkpoints the blocks ``on`` (names) may
     take: an inner operator of those blocks only recomputing ones, every other operator only ones
-    that keep their outputs (all of them where the costing offers no recomputation)."""
+    that keep their outputs (all of them where the costing offers no recomputation). ``selective``:
+    inside those blocks a module's product may also keep its outputs, and the fused attention keeps
+    them (see the module's docstring)."""
     found = blocks(costing.graph) if found is None else found
     inner = {v for b in found if b.module in on for v in b.inner}
     out = []
     for v, rows in enumerate(costing.configs):
         again = np.asarray(costing.recomputed[v], dtype=bool) if costing.recomputed else np.zeros(len(rows), dtype=bool)
-        out.append(again if v in inner else ~again)
+        op = costing.graph.operators[v]
+        if v not in inner or (selective and op.attrs.get("fused_attention")):  # the fused kernel keeps
+            out.append(~again)
+        elif selective and savable(op):
+            out.append(np.ones(len(rows), dtype=bool))
+        else:
+            out.append(again)
+    return out
+
+
+def reissue_costs(costing: Any, on: Collection[str], found: list[Block] | None = None) -> list[np.ndarray]:
+    """Per operator and configuration, the time selective checkpointing of the blocks ``on`` adds
+    that the per-operator prices leave out: a module's product kept inside one of them runs its
+    forward again around the saved product, its forward-path communication with it (see
+    :func:`reissued`); zero elsewhere. The search adds it to the node costs."""
+    found = blocks(costing.graph) if found is None else found
+    inner = {v for b in found if b.module in on for v in b.inner}
+    out = []
+    for v, rows in enumerate(costing.configs):
+        vc, op = costing.vertex_costs[v], costing.graph.operators[v]
+        extra = np.zeros(len(rows))
+        if v in inner and vc.forward_comm is not None and any(i.param for i in op.inputs):
+            again = np.asarray(costing.recomputed[v], dtype=bool) if costing.recomputed else np.zeros(len(rows), bool)
+            extra = np.where(again, 0.0, np.asarray(vc.forward_comm, dtype=np.float64))
+        out.append(extra)
     return out
 
 
 def checkpointed(costing: Any, assignment: tuple[int, ...]) -> list[str] | str:
     """The blocks whose checkpointing runs ``assignment``'s recomputation, or why none does (the first
-    operator that recomputes outside them, or that keeps its outputs inside one that recomputes)."""
+    operator that recomputes outside them, that keeps its outputs inside one that recomputes and is
+    not :func:`savable`, or whose kept outputs its module or attention kernel does not keep whole)."""
     found = blocks(costing.graph)
     again = {v for v, c in enumerate(assignment) if costing.is_recomputed(v, c)}
     if not again:
@@ -101,15 +162,57 @@ def checkpointed(costing: Any, assignment: tuple[int, ...]) -> list[str] | str:
     names = [b.module for b in found if again & set(b.inner)]
     ops = costing.graph.operators
     for b in found:
-        if b.module in names:
-            kept = [v for v in b.inner if v not in again]
-            if kept:
-                return f"operator {ops[kept[0]].name} keeps its outputs in block {b.module}, which recomputes"
+        if b.module not in names:
+            continue
+        kept = [v for v in b.inner if v not in again]
+        for v in kept:
+            if not savable(ops[v]):
+                return f"operator {ops[v].name} keeps its outputs in block {b.module}, which recomputes"
+        units: dict[str, set[bool]] = {}  # a module's products, the attention kernel: kept whole or not at all
+        for v in b.inner:
+            if savable(ops[v]):
+                units.setdefault(_unit(ops[v], b.module), set()).add(v in again)
+        mixed = [u for u, states in units.items() if len(states) > 1]
+        if mixed:
+            return f"{mixed[0]} in block {b.module} keeps part of its outputs; PyTorch saves it whole or not at all"
     covered = {v for b in found if b.module in names for v in b.inner}
     stray = sorted(again - covered)
     if stray:
         return f"operator {ops[stray[0]].name} recomputes its outputs outside every block PyTorch checkpoints"
     return names
+
+
+def _unit(op: Operator, block: str) -> str:
+    """What selective checkpointing saves ``op`` with: its module (named by its first parameter) or,
+    for the fused attention, the attention kernel of its ``block``."""
+    if op.attrs.get("fused_attention"):
+        return f"the attention of {block}"
+    params = op.attrs.get("params") or []
+    return f"module {str(params[0]).rpartition('.')[0]}" if params else f"operator {op.name}"
+
+
+def kept(costing: Any, assignment: tuple[int, ...]) -> tuple[list[str], list[str]]:
+    """What selective checkpointing saves in ``assignment``'s checkpointed blocks: the modules whose
+    products keep their outputs (named by their parameters) and the blocks whose attention kernel
+    does (empty where every checkpointed block recomputes whole)."""
+    names = checkpointed(costing, assignment)
+    if isinstance(names, str) or not names:
+        return [], []
+    on = set(names)
+    modules: dict[str, None] = {}
+    attention: dict[str, None] = {}
+    for b in blocks(costing.graph):
+        if b.module not in on:
+            continue
+        for v in b.inner:
+            op = costing.graph.operators[v]
+            if costing.is_recomputed(v, assignment[v]) or not savable(op):
+                continue
+            if op.attrs.get("fused_attention"):
+                attention[b.module] = None
+            elif op.attrs.get("params"):
+                modules[str(op.attrs["params"][0]).rpartition(".")[0]] = None
+    return list(modules), list(attention)
 
 
 def keeping(costing: Any, assignment: tuple[int, ...]) -> tuple[int, ...]:
@@ -120,3 +223,32 @@ def keeping(costing: Any, assignment: tuple[int, ...]) -> tuple[int, ...]:
     for v, c in enumerate(assignment):
         out.append(c - len(costing.configs[v]) // 2 if costing.is_recomputed(v, c) else c)
     return tuple(out)
+
+
+def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
+    """Microseconds of forward-path communication that checkpointing issues again in the backward
+    pass and the per-operator prices leave out, for ``assignment``'s checkpointed blocks: a module
+    kept by selective checkpointing runs its forward again around its saved product (its output's
+    all-reduce with it), and every module of a checkpointed block re-lays its output out again where
+    the plan pays for that on an edge (the forward half of its costliest outgoing re-layout)."""
+    names = checkpointed(costing, assignment)
+    if isinstance(names, str) or not names:
+        return 0.0
+    on = set(names)
+    ops, problem = costing.graph.operators, costing.problem
+    out: dict[int, list[int]] = {}
+    for e, (u, _, _) in enumerate(costing.edges):
+        out.setdefault(u, []).append(e)
+    total = 0.0
+    for b in blocks(costing.graph):
+        if b.module not in on:
+            continue
+        for v in b.inner:
+            c, vc = assignment[v], costing.vertex_costs[v]
+            if not any(i.param for i in ops[v].inputs):
+                continue
+            if not costing.is_recomputed(v, c) and vc.forward_comm is not None:
+                total += float(vc.forward_comm[c])
+            relaid = [float(problem.edge_cost(e)[c, assignment[costing.edges[e][1]]]) for e in out.get(v, [])]
+            total += max(relaid, default=0.0) / 2.0
+    return total

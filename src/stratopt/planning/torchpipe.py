@@ -42,7 +42,7 @@ from stratopt.planning.cluster import Cluster, cluster, price
 from stratopt.planning.export import operator_splits
 from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
-from stratopt.planning.recompute import allowed, blocks, checkpointed
+from stratopt.planning.recompute import allowed, blocks, checkpointed, kept
 from stratopt.planning.simulation import _stage_memory, describe, simulate
 from stratopt.planning.stages import (
     PipelinePlan,
@@ -136,6 +136,8 @@ class RunnablePipeline:
             again = checkpointed(costing, s.assignment)
             if isinstance(again, str):
                 raise ModelError(f"stage {k}: {again}")
+            if any(kept(costing, s.assignment)):
+                raise ModelError(f"stage {k}: a pipeline stage checkpoints its blocks whole")
             recompute += again
             names = []
             for p in module_placements(costing, s.assignment, dp, tp, microbatches=m):

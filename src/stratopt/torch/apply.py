@@ -11,6 +11,7 @@ import networkx as nx
 
 from stratopt.errors import ModelError
 from stratopt.planning.export import ExportedPlan, load_plan
+from stratopt.torch.selective import selective_context
 
 __all__ = ["Parallelized", "parallelize", "plan_of", "validate"]
 
@@ -211,7 +212,9 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     as the plan prices it). The plan must come from this model: a module it names that the model
     lacks is a one-line :class:`ModelError`. Feed each rank :meth:`Parallelized.local_batch`.
     ``prefetch=False`` keeps each sharded module's gathers inside its own forward and backward (FSDP
-    otherwise issues the next module's early), so that they are counted where the plan priced them."""
+    otherwise issues the next module's early), so that they are counted where the plan priced them.
+    A block checkpointed selectively saves the products of the modules the plan keeps, and its
+    attention kernel's outputs where the plan keeps them (:mod:`stratopt.torch.selective`)."""
     torch = _torch()
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -244,7 +247,12 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         from torch.distributed._composable import checkpoint
 
         for name in exported.recompute:  # hooks only: every module keeps its name
-            checkpoint(modules[name], early_stop=False)
+            keep = [m for m in exported.keep if m.startswith(name + ".")]
+            if keep or name in exported.keep_attention:  # selective: the plan keeps some products
+                context = selective_context(name, modules[name], keep, name in exported.keep_attention)
+                checkpoint(modules[name], early_stop=False, context_fn=context)
+            else:
+                checkpoint(modules[name], early_stop=False)
         done.recomputed = list(exported.recompute)
     if dp > 1:
         from torch.distributed.fsdp import fully_shard

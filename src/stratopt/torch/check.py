@@ -44,6 +44,7 @@ class CheckReport:
     reruns: dict[str, dict[str, int]] = field(default_factory=dict)
     stages: int = 1
     transfers: list[dict[str, Any]] = field(default_factory=list)
+    products: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def checks(self) -> dict[str, bool]:
@@ -52,7 +53,7 @@ class CheckReport:
             "gradients": self.gradient_error <= TOLERANCE,
             "parameter bytes": sum(self.param_bytes) == round(self.planned_bytes * self.world),
             "collectives": all(row["match"] for row in self.collectives),
-            "recomputation": all(r["planned"] == r["counted"] for r in self.reruns.values()),
+            "recomputation": all(r["planned"] == r["counted"] for r in [*self.reruns.values(), *self.products]),
         }
         if self.stages > 1:
             out["pipeline transfers"] = all(row["match"] for row in self.transfers)
@@ -80,6 +81,7 @@ class CheckReport:
             "collectives": self.collectives,
             "unpriced_modules": self.unpriced,
             "recomputed_forwards": self.reruns,
+            "recomputed_products": self.products,
             **({"stages": self.stages, "pipeline_transfers": self.transfers} if self.stages > 1 else {}),
             "seconds": self.seconds,
         }
@@ -111,7 +113,7 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
     with CollectiveRecorder(model) as recorder:
         loss = loss_of(model(*local), int(done.mesh.get_coordinate()[0]), done.dp)
         loss.backward()
-    counts, runs = recorder.by_module(), recorder.forward_runs()
+    counts, runs, work = recorder.by_module(), recorder.forward_runs(), recorder.computed()
     value = loss.detach().clone()
     dist.all_reduce(value, group=done.mesh.get_group("dp"))
     value /= done.dp
@@ -130,6 +132,7 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
         "bytes": sizes,
         "counts": counts,
         "runs": {name: r["recompute"] for name, r in runs.items()},
+        "computed": work,
         "numels": {n: int(g.numel()) for n, g in reference["grads"].items()},
         "tied": tied,
         "element": int(next(model.parameters()).element_size()),
@@ -250,8 +253,33 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
     return CheckReport(
         entry, world, (dp, tp), loss, ref, abs(loss - ref) / max(abs(ref), 1e-30), found["worst"], found["error"],
         found["bytes"], planned, held, rows, unpriced, found.get("seconds", 0.0), reruns, plan.stages,
-        _transfer_rows(plan, found),
+        _transfer_rows(plan, found), _product_rows(plan, found.get("computed", {})),
     )  # fmt: skip
+
+
+def _product_rows(plan: ExportedPlan, work: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    """In every checkpointed block, the matrix products each module ran again in the backward pass
+    and the block's attention kernels run again, against the plan's: none where it keeps them
+    (selective checkpointing), as many as the forward pass ran otherwise."""
+
+    def inside(name: str, block: str) -> bool:
+        return name == block or name.startswith(block + ".")
+
+    rows = []
+    for name, phases in sorted(work.items()):
+        ran = phases.get("forward", {}).get("product", 0)
+        if ran and any(inside(name, b) for b in plan.recompute):
+            planned = 0 if name in plan.keep else ran
+            again = phases.get("recompute", {}).get("product", 0)
+            rows.append({"what": name, "kind": "product", "planned": planned, "counted": again})
+    for block in plan.recompute:
+        within = [p for n, p in work.items() if inside(n, block)]
+        ran = sum(p.get("forward", {}).get("attention", 0) for p in within)
+        if ran:
+            planned = 0 if block in plan.keep_attention else ran
+            again = sum(p.get("recompute", {}).get("attention", 0) for p in within)
+            rows.append({"what": block, "kind": "attention", "planned": planned, "counted": again})
+    return rows
 
 
 def _transfer_rows(plan: ExportedPlan, found: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,13 +7,17 @@ in a ``TorchDispatchMode`` (c10d's and the functional collectives DTensor issues
 to the module running: in the forward pass the innermost module whose forward is executing; in the
 backward pass the module whose output's gradient arrived last (a hook on the output tensor), which
 is where its gathers, its input gradient's reduction and its weights' gradient reduction happen; a
-forward the backward pass runs (a checkpointed block recomputing) counts as ``recompute``.
+forward the backward pass runs (a checkpointed block recomputing) counts as ``recompute``. It also
+counts, the same way, the matrix products and attention kernels each module runs (those selective
+checkpointing saves are not run again: :mod:`stratopt.torch.selective`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+
+from stratopt.torch.selective import is_attention, is_product
 
 __all__ = ["CollectiveRecorder", "kind_of"]
 
@@ -62,19 +66,28 @@ class CollectiveRecorder:
         self.counts: dict[tuple[str, str], Counter[str]] = {}
         self.stack: list[tuple[str, bool]] = []
         self.runs: Counter[tuple[str, str]] = Counter()
+        self.work: dict[tuple[str, str], Counter[str]] = {}  # (module, pass): products and attention kernels
         self.backward_at = ""
         self.in_backward = False
         self.handles: list[Any] = []
         self.mode: Any = None
 
-    def _record(self, kind: str) -> None:
+    def _where(self) -> tuple[str, str]:
         if self.stack and self.stack[-1][1]:
-            where = (self.stack[-1][0], "recompute")
-        elif self.in_backward:
-            where = (self.backward_at, "backward")
-        else:
-            where = (self.stack[-1][0] if self.stack else "", "forward")
-        self.counts.setdefault(where, Counter())[kind] += 1
+            return self.stack[-1][0], "recompute"
+        if self.in_backward:
+            return self.backward_at, "backward"
+        return self.stack[-1][0] if self.stack else "", "forward"
+
+    def _record(self, kind: str) -> None:
+        self.counts.setdefault(self._where(), Counter())[kind] += 1
+
+    def _computed(self, func: Any) -> None:
+        kind = "attention" if is_attention(func) else "product" if is_product(func) else None
+        if kind is not None:
+            module, phase = self._where()
+            if phase != "backward":
+                self.work.setdefault((module, phase), Counter())[kind] += 1
 
     def __enter__(self) -> CollectiveRecorder:
         import torch
@@ -87,6 +100,8 @@ class CollectiveRecorder:
                 kind = kind_of(func)
                 if kind is not None:
                     recorder._record(kind)
+                else:
+                    recorder._computed(func)
                 return func(*args, **(kwargs or {}))
 
         for name, module in self.model.named_modules():
@@ -149,6 +164,14 @@ class CollectiveRecorder:
             out.setdefault(module, {"forward": {}, "backward": {}, "recompute": {}})[phase] = dict(
                 sorted(counter.items())
             )
+        return out
+
+    def computed(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{module: {"forward": {"product": n, "attention": k}, "recompute": {...}}}``: the products and
+        attention kernels each module ran as the innermost module running, forward and recomputing."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for (module, phase), counter in self.work.items():
+            out.setdefault(module, {"forward": {}, "recompute": {}})[phase] = dict(counter)
         return out
 
     def forward_runs(self) -> dict[str, dict[str, int]]:
