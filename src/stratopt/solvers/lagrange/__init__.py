@@ -49,7 +49,7 @@ reduced model, whose certified bound and slot prices start the ascent), :mod:`.w
 (processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
 """
 
-from stratopt.solvers.lagrange.bound import Ascent
+from stratopt.solvers.lagrange.bound import Ascent, Level
 from stratopt.solvers.lagrange.model import Network, PenaltyModel
 from stratopt.solvers.lagrange.repair import (
     REGION_REPAIR_EXCESS,
@@ -75,6 +75,7 @@ __all__ = [
     "Ascent",
     "Attempt",
     "Lagrange",
+    "Level",
     "Network",
     "PenaltyModel",
     "Run",

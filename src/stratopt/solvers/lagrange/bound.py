@@ -4,8 +4,21 @@ For prices ``lam_t >= 0`` on the time slots, any assignment that keeps the limit
 ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run whose vertex weights are covered by
 the prices (``sum over the slots of v's interval >= w_v``) bounds that minimum from below through
 toulbar2's dual bound on the penalised problem (:meth:`PenaltyModel.dual_value`). The bound runs'
-prices move by projected subgradient ascent (:class:`Ascent`: Polyak steps towards the best cost
-known, the step factor halved after two runs without progress).
+prices move by a proximal level method (:class:`Level`), or, until an answer keeps the limit, by
+projected subgradient ascent (:class:`Ascent`: Polyak steps towards the best cost known, the step
+factor halved after two runs without progress).
+
+The level method keeps a bundle of cuts: every assignment ``a`` the search evaluates (each run's
+answer, each repair) bounds the dual function from above, ``L(lam) <= cost(a) + lam . (E(a) -
+room)`` (``E``: the penalised usage per slot), so their least is a concave piecewise-linear model of
+``L`` that no run can be above. Its maximum ``f_up`` over ``lam >= 0`` (a linear programme; bounded
+once some answer keeps the limit, whose cut falls in every price) caps what the dual can prove, the
+best run's value ``f_low`` is proven; the next prices are the projection of the best run's prices
+(the centre) onto the level set ``{model >= f_low + 0.71 (f_up - f_low)}`` (Lemarechal, Nemirovskii
+and Nesterov's level; a small quadratic programme, solved through its dual over the cuts). Steps
+therefore go as far as the model allows and no further, where Polyak's creep (IOPDDL V: 65 bound
+runs, still rising). Every bound stays a run's own proven value: the method only picks where to
+look.
 """
 
 from __future__ import annotations
@@ -14,9 +27,14 @@ import math
 
 import numpy as np
 
-from stratopt.problem import StrategyProblem
-from stratopt.solvers.lagrange.model import PenaltyModel
+from stratopt.problem import StrategyProblem, evaluate
+from stratopt.solvers.lagrange.model import PenaltyModel, interval_sum
 from stratopt.solvers.local_search import LocalEngine
+
+#: The level's place between the best run's value (0) and the model's maximum (1).
+LEVEL = 0.71
+#: Cuts kept: the newest, and every cut tight at the centre.
+BUNDLE = 64
 
 
 class Ascent:
@@ -36,6 +54,13 @@ class Ascent:
         self.best = -math.inf
         self.stalls = 0
         self.runs = 0
+
+    def next_prices(self) -> np.ndarray:
+        """The prices the next bound run evaluates the Lagrangian at."""
+        return self.prices.copy()
+
+    def floor(self, value: float) -> None:
+        """A run proved ``value`` (with its own weights): nothing to learn for Polyak's steps."""
 
     def start_from(self, prices: np.ndarray) -> None:
         """Move the prices to ``prices`` (the relaxation's, which its usage rows' duals give) with
@@ -62,6 +87,131 @@ class Ascent:
         norm = float(g[move] @ g[move])
         if norm > 0 and math.isfinite(best_cost):
             self.prices = np.maximum(0.0, lam + self.theta * (best_cost - run_bound) / norm * g)
+
+
+class Level(Ascent):
+    """Slot prices for the bound runs from a proximal level method over the cuts of every answer
+    seen (see the module's docstring); Polyak steps (:class:`Ascent`) until some answer keeps the
+    limit and bounds the model."""
+
+    def __init__(self, model: PenaltyModel, engine: LocalEngine) -> None:
+        super().__init__(model, engine)
+        self.slots = len(model.room)
+        self.constants: list[float] = []
+        self.slopes: list[np.ndarray] = []
+        self.centre = self.prices.copy()
+        self.ceiling = math.inf  # the model's maximum at the last step: the dual cannot exceed it
+        self.levels = 0
+        self.low = -math.inf  # the best value any run proved
+        self.fresh = False  # cuts came in since the prices were last chosen
+
+    def start_from(self, prices: np.ndarray) -> None:
+        super().start_from(prices)
+        self.centre = self.prices.copy()
+
+    def cut(self, a: np.ndarray, cost: float | None = None) -> None:
+        """Add assignment ``a``'s cut: its cost (``cost``, where known) plus the prices times its
+        penalised usage per slot less the room there."""
+        model = self.model
+        if not self.engine.has_limit or not model.relevant.any():
+            return
+        flat = self.model.node_off[:-1] + np.asarray(a, dtype=np.int64)
+        excess = model.excess[flat]  # zero for the vertices never penalised
+        used = interval_sum(excess, self.start, self.end, self.slots)
+        if cost is None:
+            cost = float(evaluate(self.engine.problem, tuple(int(x) for x in a)).objective)
+        self.fresh = True
+        self.constants.append(float(cost))
+        self.slopes.append(used - model.room)
+        if len(self.constants) > BUNDLE:
+            at = np.asarray([c + float(g @ self.centre) for c, g in zip(self.constants, self.slopes, strict=True)])
+            keeps = np.asarray([not (g > 0).any() for g in self.slopes])  # answers that keep the limit
+            cheapest = int(np.argmin(np.where(keeps, self.constants, np.inf))) if keeps.any() else -1
+            at[cheapest] = -np.inf  # the cheapest of those bounds the model: never dropped
+            drop = int(np.argmax(at))  # else the loosest at the centre
+            del self.constants[drop], self.slopes[drop]
+
+    def floor(self, value: float) -> None:
+        self.low = max(self.low, value)
+
+    def next_prices(self) -> np.ndarray:
+        """The level step from the cuts as they are now (answer runs and repairs add cuts between
+        the bound runs), or the last prices where nothing new came in or the model is unbounded."""
+        if self.fresh:
+            step = self._level_step(max(self.best, self.low))
+            self.fresh = False
+            if step is not None:
+                self.prices = step
+        return self.prices.copy()
+
+    def learn(self, lam: np.ndarray, a: np.ndarray, run_bound: float, best_cost: float) -> None:
+        improved = run_bound > self.best
+        self.cut(a)
+        if improved:
+            self.centre = np.asarray(lam, dtype=np.float64).copy()
+        self.low = max(self.low, run_bound)
+        step = self._level_step(max(self.best, run_bound, self.low))
+        if step is None:  # the model is not bounded yet: Polyak's step
+            super().learn(lam, a, run_bound, best_cost)
+            return
+        self.runs += 1
+        self.best = max(self.best, run_bound)
+        self.prices = step
+        self.fresh = False
+
+    def _level_step(self, low: float) -> np.ndarray | None:
+        """The centre projected onto the level set of the cuts' model, or None where the model's
+        maximum is unbounded (no answer keeping the limit yet) or cannot be found."""
+        if not self.constants or not math.isfinite(low):
+            return None
+        k = np.asarray(self.constants)
+        g = np.vstack(self.slopes)
+        top = _model_maximum(k, g)
+        if top is None:
+            return None
+        value, _ = top
+        self.ceiling = value
+        if value - low <= 1e-9 * max(1.0, abs(value)):
+            return self.centre.copy()
+        self.levels += 1
+        return _project(self.centre, g, LEVEL * value + (1 - LEVEL) * low - k)
+
+
+def _model_maximum(k: np.ndarray, g: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """``max over lam >= 0 of min_i k_i + g_i . lam`` and a maximiser (a linear programme), or None
+    where it is unbounded or the solver fails."""
+    from scipy.optimize import linprog
+
+    m, s = g.shape
+    # variables (lam, t): maximise t subject to t - g_i . lam <= k_i
+    a_ub = np.hstack([-g, np.ones((m, 1))])
+    cost = np.zeros(s + 1)
+    cost[-1] = -1.0
+    bounds = [(0, None)] * s + [(None, None)]
+    out = linprog(cost, A_ub=a_ub, b_ub=k, bounds=bounds, method="highs")
+    if out.status != 0 or out.x is None:
+        return None
+    return float(-out.fun), np.asarray(out.x[:s])
+
+
+def _project(centre: np.ndarray, g: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """The point nearest ``centre`` with ``lam >= 0`` and ``g_i . lam >= need_i`` for every cut
+    ``i``: through the dual over the cuts' multipliers ``mu >= 0``, whose best ``lam`` is
+    ``max(0, centre + g^T mu)`` (a smooth concave function of ``mu``, maximised by L-BFGS-B)."""
+    from scipy.optimize import minimize
+
+    scale = max(1.0, float(np.abs(g).max()))
+    gs, need_s = g / scale, need / scale  # the same constraints, better conditioned
+
+    def negated(mu: np.ndarray) -> tuple[float, np.ndarray]:
+        lam = np.maximum(0.0, centre + gs.T @ mu)
+        d = lam - centre
+        value = 0.5 * float(d @ d) - float(mu @ (gs @ lam - need_s))
+        return -value, -(need_s - gs @ lam)
+
+    m = g.shape[0]
+    out = minimize(negated, np.zeros(m), jac=True, method="L-BFGS-B", bounds=[(0, None)] * m)
+    return np.maximum(0.0, centre + gs.T @ out.x)
 
 
 def round_down(problem: StrategyProblem, bound: float) -> float | int:

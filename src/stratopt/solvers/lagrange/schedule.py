@@ -4,7 +4,7 @@ Answer runs narrow each vertex's weight between the highest that broke the limit
 the lowest that kept it (:class:`Weights`), spread along the golden-ratio sequence; every
 :data:`EXPLOIT`-th answer run shakes the best answer's weights instead. After every
 ``BOUND_EVERY - 1`` answer runs comes a run for the bound, at the slot prices of the ascent
-(:class:`~stratopt.solvers.lagrange.bound.Ascent`).
+(:class:`~stratopt.solvers.lagrange.bound.Level`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from stratopt.solvers.lagrange.bound import Ascent
+from stratopt.solvers.lagrange.bound import Level
 from stratopt.solvers.lagrange.model import PenaltyModel
 
 #: Every this many runs, the weights of the best answer so far run again, each multiplied by
@@ -83,7 +83,7 @@ class Schedule:
         self,
         model: PenaltyModel,
         weights: Weights,
-        ascent: Ascent,
+        ascent: Level,
         rng: np.random.Generator,
         seconds: float,
         has_limit: bool,
@@ -113,7 +113,7 @@ class Schedule:
         # 1.028-1.035x three times (1.007-1.023x without them).
         if best_weights is not None and self.since_bound >= BOUND_EVERY - 1:
             self.since_bound = 0
-            lam = self.ascent.prices.copy()
+            lam = self.ascent.next_prices()
             return np.minimum(self.ascent.weights(lam), model.weight_cap), lam
         i = self.answers
         self.answers += 1

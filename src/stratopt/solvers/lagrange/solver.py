@@ -15,7 +15,7 @@ import numpy as np
 from stratopt.errors import ModelError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
-from stratopt.solvers.lagrange.bound import Ascent, round_down
+from stratopt.solvers.lagrange.bound import Level, round_down
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns, lp_bound
@@ -108,7 +108,7 @@ class Lagrange:
             workers = os.cpu_count() or 1
         # 2. The weight schedule (narrowing, exploiting, bound runs) and the search's state.
         rng = np.random.default_rng(0 if seed is None else seed)
-        ascent = Ascent(model, engine)
+        ascent = Level(model, engine)
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
         lp_job = _relaxation_job(model, engine, bound_share, time_limit, stats)
@@ -207,6 +207,9 @@ class Lagrange:
             history=search.history,
             lagrangian_bound=search.lagrangian,
             bound_runs=ascent.runs,
+            level_steps=ascent.levels,
+            dual_ceiling=ascent.ceiling if math.isfinite(ascent.ceiling) else None,
+            cuts=len(ascent.constants),
             seconds_per_run=schedule.seconds,
             merges=search.merges,
         )
@@ -376,6 +379,7 @@ class _Search:
         for fixed in outcome.fixed:
             final = evaluate(self.problem, fixed)
             if final.feasible:
+                self.schedule.ascent.cut(fixed, float(final.objective))
                 cost = min(cost, float(final.objective))
                 if float(final.objective) < self.best_cost:
                     self.elite.offer(fixed, float(final.objective), outcome.made_from)
@@ -394,6 +398,7 @@ class _Search:
         problem, model, engine = self.problem, self.model, self.engine
         a, took = outcome.raw, outcome.seconds
         self.lagrangian = max(self.lagrangian, outcome.bound)
+        self.schedule.ascent.floor(outcome.bound)  # every run's value is proven: the level starts there
         if outcome.bound > self.bound:
             self.bound, self.bound_from = outcome.bound, "lagrange"
         if a is None:
@@ -401,9 +406,12 @@ class _Search:
             if lam is not None:  # too short to find the answer the ascent steps from
                 self.schedule.found_nothing()
             return
+        ascent = self.schedule.ascent
         if lam is not None:
-            self.schedule.ascent.learn(lam, a, outcome.bound, self.best_cost)
+            ascent.learn(lam, a, outcome.bound, self.best_cost)
         ev = evaluate(problem, a)
+        if lam is None:  # an answer run's answer bounds the dual from above too
+            ascent.cut(a, float(ev.objective))
         broken = np.zeros(model.n, dtype=bool)
         peak = ev.peak_usage
         if engine.has_limit:
@@ -417,6 +425,8 @@ class _Search:
         cost = math.inf
         for fixed in outcome.fixed:
             final = evaluate(problem, fixed)
+            if final.feasible:
+                ascent.cut(fixed, float(final.objective))
             if final.feasible and float(final.objective) < cost:
                 cost = float(final.objective)
                 chosen = fixed
