@@ -71,11 +71,11 @@ def test_allowed_forces_the_blocks_and_forbids_the_rest() -> None:
     assert checkpointed(costing, tuple(int(np.flatnonzero(m)[0]) for m in allowed(costing, [], found))) == []
 
 
-def test_checkpointed_refuses_recomputation_no_block_runs() -> None:
-    graph = _stack(2)
-    costing = build(graph, 2, profile="default", machine="h100", recompute=True)
+def _keeping_but(costing):
+    """The strategy that keeps every output (each operator's first such configuration), and a
+    function giving it with the operators named recomputing instead."""
     base = tuple(int(np.flatnonzero(~np.asarray(r, dtype=bool))[0]) for r in costing.recomputed)
-    names = [op.name for op in graph.operators]
+    names = [op.name for op in costing.graph.operators]
 
     def recomputing(*ops: str) -> tuple[int, ...]:
         a = list(base)
@@ -84,6 +84,13 @@ def test_checkpointed_refuses_recomputation_no_block_runs() -> None:
             a[v] = int(np.flatnonzero(np.asarray(costing.recomputed[v], dtype=bool))[0])
         return tuple(a)
 
+    return base, recomputing
+
+
+def test_checkpointed_refuses_recomputation_no_block_runs() -> None:
+    graph = _stack(2)
+    costing = build(graph, 2, profile="default", machine="h100", recompute=True)
+    _, recomputing = _keeping_but(costing)
     assert "outside every block" in checkpointed(costing, recomputing("head"))
     assert "keeps its outputs in block layers.0" in checkpointed(costing, recomputing("layers.0.up"))
     assert checkpointed(costing, recomputing("layers.0.norm", "layers.0.up", "layers.0.down")) == ["layers.0"]
@@ -107,14 +114,7 @@ def test_selective_keeps_a_modules_products_and_recomputes_the_rest() -> None:
             assert (m == whole[v]).all(), names[v]
             assert (m == again).all() == (v in found[0].inner), names[v]
     assert not savable(graph.operators[names.index("layers.0.norm")])
-    base = tuple(int(np.flatnonzero(~np.asarray(r, dtype=bool))[0]) for r in costing.recomputed)
-
-    def recomputing(*ops: str) -> tuple[int, ...]:
-        a = list(base)
-        for name in ops:
-            v = names.index(name)
-            a[v] = int(np.flatnonzero(np.asarray(costing.recomputed[v], dtype=bool))[0])
-        return tuple(a)
+    base, recomputing = _keeping_but(costing)
 
     a = recomputing("layers.0.norm", "layers.0.down")  # up keeps its outputs
     assert checkpointed(costing, a) == ["layers.0"]
