@@ -27,6 +27,8 @@ from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
 
+from .test_torchplan import mixed_mlp
+
 MODELS = [
     "stratopt.importers.hf:gpt2",
     "stratopt.importers.hf:llama",
@@ -74,6 +76,10 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
             ExportedPlan.of(plan(llama, 1, world, simulate=False, expressible="torch", memory_gb=limit)),
         )
     )
+    if world == 2:  # a column-parallel output gathered where the plan keeps its split (counted as it runs)
+        megatron = plan(llama, 1, 2, simulate=False, expressible="torch")
+        mixed = dataclasses.replace(megatron.plan, assignment=mixed_mlp(megatron))
+        out.append((llama, "mixed-mlp", ExportedPlan.of(dataclasses.replace(megatron, plan=mixed))))
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan("stratopt.importers.hf:mixtral", 1, world, simulate=False, expressible="torch")
         for strategy in moe.baselines:
@@ -194,6 +200,9 @@ def test_every_plan_runs_as_priced(checked) -> None:
             assert {r["what"] for r in products if not r["planned"]} == set(exported.keep), name
             assert any(r["counted"] > 0 for r in products) or world == 4, "some products recompute"
             assert all(r["counted"] == r["planned"] for r in report.products) and report.checks["recomputation"]
+        elif name == "mixed-mlp":
+            up = next(r for r in report.collectives if r["module"] == "layers.0.mlp.up_proj")
+            assert up["counted"]["forward"] == up["priced"]["forward"] == {"all_gather": 1} and up["match"]
         elif name.startswith("moe"):
             experts = [e for n, e in exported.modules.items() if n.endswith("mlp.experts")]
             assert len(experts) == 2 and all(len(e["params"]) == 2 for e in experts), name

@@ -66,6 +66,38 @@ def test_megatron_on_llama_as_dtensor_runs_it() -> None:
     assert np.isclose(float(evaluate(restricted, result.plan.assignment).objective), result.plan.objective)
 
 
+def mixed_mlp(result):
+    """Megatron's Llama MLP on 1 x 2 with the gate projection whole: the product of the two branches
+    keeps the up projection's split but also reads the whole gate (no edge pays for it)."""
+    costing, a = result.costing, list(next(b for b in result.baselines if b.name == "megatron-tp2").assignment)
+    names = [op.name for op in costing.graph.operators]
+    v = names.index("layers.0.mlp.gate_proj")
+    a[v] = costing.problem.labels[v].index("1")
+    return tuple(a)
+
+
+def test_a_split_the_runtime_gathers_anyway_is_counted_and_priced() -> None:
+    """DTensor's operators without weights run on what the modules hand them: where one keeps a
+    column-parallel output's split but also reads a whole tensor, the module gathers its output all
+    the same. The placement counts that gather and the runnable estimate adds its time."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.planner import runnable_time
+    from stratopt.planning.torchplan import find_mesh, module_placements, unpriced_gathers
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
+    mixed = mixed_mlp(result)
+    assert find_mesh(result.costing, mixed, 2) == (1, 2)
+    placed = {p.module: p for p in module_placements(result.costing, mixed, 1, 2)}
+    up = placed["layers.0.mlp.up_proj"]
+    assert up.tp == "colwise" and up.output == "replicate" and up.collectives["forward"] == {"all_gather": 1}
+    assert unpriced_gathers(result.costing, mixed, 1, 2) > 0.0
+    assert unpriced_gathers(result.costing, megatron, 1, 2) == 0.0
+    gap = runnable_time(result.costing, mixed, 2) - result.costing.step_time(mixed)
+    assert np.isclose(gap, unpriced_gathers(result.costing, mixed, 1, 2))
+
+
 def test_a_model_output_is_never_column_split() -> None:
     """The model's output (a head no operator reads: its caller, or the loss inside a Hugging Face
     model, reads it whole) has no column-split form: DTensor would hand the caller its shard, and the

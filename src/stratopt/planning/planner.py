@@ -30,8 +30,9 @@ fit are candidates too (all are in the space), so the plan is never worse than a
 Every strategy's estimate is :meth:`~stratopt.cost.Costing.step_time`: on a calibrated machine,
 communication overlapped with the compute as frameworks overlap it (the search minimises the same
 with the overlap taken operator by operator); the plan is the candidate with the least estimate.
-A plan that runs with blocks checkpointed selectively adds the forward communication its kept
-products issue again (:func:`~stratopt.planning.recompute.reissued`, which the search does not see).
+A plan that runs adds what the per-operator prices leave out of how PyTorch runs it
+(:func:`runnable_time`: the forward communication checkpointing repeats, the gathers DTensor issues
+where an operator keeps a split but also reads a whole tensor).
 Where the simulator runs a fitting baseline faster than the plan, the result says so
 (:meth:`PlanResult.simulated_faster`).
 """
@@ -55,7 +56,7 @@ from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
 from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping, reissue_costs, reissued
 from stratopt.planning.result import PlanResult, Strategy
-from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs
+from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs, unpriced_gathers
 from stratopt.planning.twins import Twins
 from stratopt.planning.words import describe_layers
 from stratopt.problem import FORBIDDEN, evaluate
@@ -139,7 +140,7 @@ def plan(
     constant = float(getattr(costing.profile, "step_overhead", 0.0))  # per step, outside the task graph
 
     def timed(a: tuple[int, ...]) -> float:
-        return costing.step_time(a) + (reissued(costing, a) if expressible == "torch" else 0.0)
+        return runnable_time(costing, a, gpus_per_node) if expressible == "torch" else costing.step_time(a)
 
     def measured(name: str, a: tuple[int, ...], note: str) -> Strategy:
         estimate = timed(a)
@@ -177,6 +178,18 @@ def plan(
     return PlanResult(
         graph.name, where, limit_gb, best, tuple(results), status, bound, time.perf_counter() - started, costing
     )
+
+
+def runnable_time(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> float:
+    """The step time of a strategy PyTorch runs: :meth:`~stratopt.cost.Costing.step_time` plus what
+    the per-operator prices leave out of how it runs (the forward communication checkpointing
+    repeats, :func:`~stratopt.planning.recompute.reissued`; the gathers DTensor issues where the
+    plan keeps a split, :func:`~stratopt.planning.torchplan.unpriced_gathers`)."""
+    extra = reissued(costing, assignment)
+    mesh = find_mesh(costing, assignment, gpus_per_node)
+    if not isinstance(mesh, str):
+        extra += unpriced_gathers(costing, assignment, *mesh)
+    return costing.step_time(assignment) + extra
 
 
 def _better(
@@ -247,7 +260,7 @@ def _torch_recompute(
     recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
     k0, total = len(recomputing), len(chain)
     best = found[0]
-    best_time = math.inf if best is None else again.step_time(best) + reissued(again, best)
+    best_time = math.inf if best is None else runnable_time(again, best, gpus)
     tries = [(k, True) for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total})]
     for k, selective in [*tries, (total, False)]:  # and every block recomputed whole
         on = [b.module for b in chain[:k]]
@@ -260,7 +273,7 @@ def _torch_recompute(
         if assignment is None:
             say(f"{what}: nothing fits")
             continue
-        took = again.step_time(assignment) + reissued(again, assignment)
+        took = runnable_time(again, assignment, gpus)
         say(f"{what}: {took:.1f} us")
         if took < best_time:
             best, best_time = assignment, took

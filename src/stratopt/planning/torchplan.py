@@ -40,13 +40,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
+from stratopt.cost.common import output_bytes
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import block_of, checkpointed
 from stratopt.problem import FORBIDDEN
 
-__all__ = ["ModulePlacement", "find_mesh", "mesh_shapes", "module_placements", "restricted_costs", "style"]
+__all__ = [
+    "ModulePlacement",
+    "find_mesh",
+    "mesh_shapes",
+    "module_placements",
+    "restricted_costs",
+    "style",
+    "unpriced_gathers",
+]
 
 
 @dataclass(frozen=True)
@@ -223,17 +234,26 @@ def module_placements(
                     todo.append(w)
         return seen
 
-    shard_out: set[int] = set()
-    inside: set[int] = set()
+    regions = {}
     for v in styles:
         if styles[v] == "colwise" and not ops[v].attrs.get("lookup"):
             between = region(v)
             if between is not None:
-                shard_out.add(v)
-                inside |= between
-    # an operator in a split region must read only from it (or from a module that hands it a split)
-    if any(u not in inside and u not in shard_out for w in inside for u, _ in in_edges.get(w, [])):
-        shard_out = set()
+                regions[v] = between
+    # an operator in a split region must read only from split regions (or from modules that hand
+    # them a split): a region one of whose operators also reads a whole tensor is gathered instead,
+    # and so are the regions that read from it, until none does
+    shard_out = set(regions)
+    while True:
+        inside = set().union(*(regions[v] for v in shard_out))
+        bad = {
+            v
+            for v in shard_out
+            if any(u not in inside and u not in shard_out for w in regions[v] for u, _ in in_edges.get(w, []))
+        }
+        if not bad:
+            break
+        shard_out -= bad
     reaches: set[int] = set()  # the row-parallel modules that read a split activation
     for v in shard_out:
         todo, seen = [v], {v}
@@ -353,8 +373,11 @@ def _placement(
 ) -> ModulePlacement:
     """Operator ``v``'s module placement and the collectives priced for it: the output's all-reduce
     over split input features (forward), the input gradient's over split output features (backward,
-    where the input is computed), a gather of a split output its consumers read whole (forward, where
-    the plan pays a re-layout), and the weight gradient's reduction over the data-parallel replicas
+    where the input is computed), a gather of a split output its consumers read whole (forward: where
+    the plan pays no re-layout for it, an operator after it keeps the split but also reads a whole
+    tensor, so PyTorch gathers anyway, and :func:`unpriced_gathers` prices it), the gradient of a
+    whole input a row-parallel module splits gathered back (backward; priced by that function where
+    no edge pays for it), and the weight gradient's reduction over the data-parallel replicas
     (backward; FSDP: the weights gathered forward and backward, the gradient reduce-scattered)."""
     op = costing.graph.operators[v]
     c = assignment[v]
@@ -367,9 +390,9 @@ def _placement(
     reads_data = any(i.source is not None for i in op.inputs if not i.param)
     if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
         backward["all_reduce"] = 1
-    if kind == "rowwise" and not split_in and _relaid(costing, assignment, v, in_edges, upstream=True):
+    if kind == "rowwise" and not split_in and reads_data:
         backward["all_gather"] = 1  # a whole input split here: its gradient gathered back
-    if kind == "colwise" and not split_out and _relaid(costing, assignment, v, out_edges, upstream=False):
+    if kind == "colwise" and not split_out:  # ColwiseParallel hands on a whole output: it gathers
         forward["all_gather"] = 1
     if fsdp and not tied:  # a tied weight's gathers and reduction are its owner's
         forward["all_gather"] = forward.get("all_gather", 0) + 1
@@ -388,3 +411,43 @@ def _placement(
         {"forward": forward, "backward": backward},
         float(costing.held_weights(v, c)),
     )
+
+
+def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> float:
+    """Microseconds of the all-gathers PyTorch issues for ``assignment`` on a ``dp x tp`` mesh that the
+    plan does not pay on any edge: a column-parallel module whose output is handed on whole though
+    its readers keep the split (one of them also reads a whole tensor, and DTensor's operators
+    without weights run on what the modules hand them) gathers it in the forward pass; a row-parallel
+    module that splits a whole input gathers that input's gradient back in the backward pass (the
+    per-operator prices count what a device lacks going forward only). Each: its tile from each of
+    the ``tp`` devices, on the machine's links for a group of ``tp``."""
+    links, element = getattr(costing.profile, "links", None), getattr(costing.profile, "dtype_bytes", None)
+    if links is None or element is None or tp == 1:
+        return 0.0
+    ops = costing.graph.operators
+    out_edges: dict[int, list[tuple[int, int]]] = {}
+    in_edges: dict[int, list[tuple[int, int]]] = {}
+    for e, (u, w, _) in enumerate(costing.edges):
+        out_edges.setdefault(u, []).append((w, e))
+        in_edges.setdefault(w, []).append((u, e))
+    names = {op.name: v for v, op in enumerate(ops)}
+    total = 0.0
+    for p in module_placements(costing, assignment, dp, tp):
+        v = names.get(p.operator)
+        if v is None:
+            continue
+        whole = 0.0  # bytes of the tensor gathered, as one device of the tp group holds it whole
+        if p.tp == "colwise" and p.output == "replicate":
+            if not _relaid(costing, assignment, v, out_edges, upstream=False):
+                config = np.asarray(costing.configs[v][assignment[v]])[None, :]
+                whole = float(output_bytes(ops[v], config, element)[0]) * tp
+        elif (
+            p.tp == "rowwise"
+            and p.input == "replicate"
+            and not _relaid(costing, assignment, v, in_edges, upstream=True)
+        ):
+            data = [i for i in ops[v].inputs if not i.param and i.source is not None]
+            whole = sum(i.use.size for i in data) * element / dp
+        if whole:
+            total += float(links.transfer(np.asarray(whole * (tp - 1) / tp), np.asarray(tp))) * 1e6
+    return total
