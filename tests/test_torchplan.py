@@ -144,3 +144,30 @@ def test_a_mixture_of_experts_module_is_one_placement(tmp_path) -> None:
     assert experts["tp"] == "replicate" and experts["collectives"]["backward"] == {"all_reduce": 1}
     fsdp = load_plan(written["fsdp"]).modules["layers.0.mlp.experts"]
     assert fsdp["fsdp"] and fsdp["collectives"]["backward"] == {"all_gather": 1, "reduce_scatter": 1}
+
+
+def test_the_runnable_estimate_of_a_module_laid_out_twice_is_still_a_figure() -> None:
+    """A strategy whose experts' two products take different placements has a mesh (each operator has
+    a style) but no single layout of the module: its runnable estimate is still given (the export
+    says why it does not run), never an error."""
+    pytest.importorskip("transformers")
+    from stratopt.errors import ModelError
+    from stratopt.planning import plan
+    from stratopt.planning.planner import runnable_time
+    from stratopt.planning.torchplan import find_mesh, module_placements
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    a = list(next(b for b in result.baselines if b.name == "data-parallel").assignment)
+    names = [op.name for op in costing.graph.operators]
+    v = names.index("layers.0.mlp.experts.up")
+    a[v] = next(
+        c
+        for c in range(len(costing.configs[v]))
+        if costing.is_sharded(v, c) and costing.problem.labels[v][c] == costing.problem.labels[v][a[v]] + " fsdp"
+    )
+    a = tuple(a)
+    assert find_mesh(costing, a, 2) == (2, 1)
+    with pytest.raises(ModelError, match="take different placements"):
+        module_placements(costing, a, 2, 1)
+    assert runnable_time(costing, a, 2) >= costing.step_time(a)

@@ -421,6 +421,7 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
     module that splits a whole input gathers that input's gradient back in the backward pass (the
     per-operator prices count what a device lacks going forward only). Each: its tile from each of
     the ``tp`` devices, on the machine's links for a group of ``tp``."""
+    placements = module_placements(costing, assignment, dp, tp)  # (a ModelError where there are none)
     links, element = getattr(costing.profile, "links", None), getattr(costing.profile, "dtype_bytes", None)
     if links is None or element is None or tp == 1:
         return 0.0
@@ -432,7 +433,7 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
         in_edges.setdefault(w, []).append((u, e))
     names = {op.name: v for v, op in enumerate(ops)}
     total = 0.0
-    for p in module_placements(costing, assignment, dp, tp):
+    for p in placements:
         v = names.get(p.operator)
         if v is None:
             continue
