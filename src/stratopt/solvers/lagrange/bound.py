@@ -33,7 +33,7 @@ from stratopt.solvers.local_search import LocalEngine
 
 #: The level's place between the best run's value (0) and the model's maximum (1).
 LEVEL = 0.71
-#: Cuts kept: the newest, and every cut tight at the centre.
+#: Cuts kept at most: past it, the loosest at the centre is dropped (never the cheapest answer that keeps the limit).
 BUNDLE = 64
 
 
