@@ -14,8 +14,9 @@ from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
 from stratopt.planning import plan
 from stratopt.planning.export import ExportedPlan, load_plan, plan_from_dict
-from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed, kept, savable
+from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed, confined, kept, savable
 from stratopt.planning.torchplan import find_mesh
+from stratopt.problem import FORBIDDEN
 
 
 def _stack(layers: int = 3):
@@ -129,7 +130,7 @@ def test_selective_keeps_a_modules_products_and_recomputes_the_rest() -> None:
 
 def test_a_selective_plan_exports_what_it_keeps_and_loads_back(llama_graph, tmp_path) -> None:
     fastest = plan(llama_graph, 1, 2, simulate=False, expressible="torch", recompute="none")
-    limit = 0.35 * float(fastest.plan.memory) / 1e9
+    limit = 0.4 * float(fastest.plan.memory) / 1e9
     result = plan(llama_graph, 1, 2, simulate=False, expressible="torch", memory_gb=limit)
     assert result.plan.fits and result.plan.memory <= limit * 1e9
     exported = ExportedPlan.of(result)
@@ -328,3 +329,30 @@ def test_the_check_reports_a_kept_product_run_again() -> None:
     assert [r["what"] for r in _product_rows(plan_, bad) if r["planned"] != r["counted"]] == ["layers.0.up"]
     kept_attention = dataclasses.replace(plan_, keep_attention=("layers.0",))
     assert [r["what"] for r in _product_rows(kept_attention, good) if r["planned"] != r["counted"]] == ["layers.0"]
+
+
+def test_a_plan_on_paper_keeps_what_leaves_a_block(llama_graph) -> None:
+    """Recomputing the residual stream between blocks would chain the recomputation through every
+    block before it; the plan on paper recomputes inside blocks only, and still fits."""
+    free = plan(llama_graph, 1, 4, simulate=False, recompute="none")
+    limit = 0.6 * free.plan.memory / 1e9
+    result = plan(llama_graph, 1, 4, simulate=False, memory_gb=limit)
+    a, costing = result.plan.assignment, result.costing
+    assert a is not None and result.plan.fits and costing.recomputed
+    inner = {v for b in blocks(llama_graph) for v in b.inner}
+    again = {v for v, c in enumerate(a) if costing.is_recomputed(v, c)}
+    assert again and again <= inner
+    # every recomputing configuration outside the blocks is forbidden, every other one untouched
+    raw = build(llama_graph, 4, profile="default", machine="h100", cutoff=1, shard_weights=True, recompute=True)
+    for v, (mine, theirs) in enumerate(zip(costing.node_costs(), raw.node_costs(), strict=True)):
+        shut = np.asarray(raw.recomputed[v], dtype=bool) & (v not in inner)
+        assert np.all(mine[shut] >= FORBIDDEN) and np.array_equal(mine[~shut], theirs[~shut])
+
+
+def test_a_graph_without_blocks_keeps_recomputation_per_operator() -> None:
+    b = GraphBuilder("chain")
+    x = b.input((64, 32))
+    for i in range(3):
+        x = b.fc(x, 32, name=f"fc{i}")
+    costing = build(b.build(), 4, profile="default", machine="h100", recompute=True)
+    assert confined(costing) is costing

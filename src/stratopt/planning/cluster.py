@@ -11,6 +11,7 @@ from stratopt.cost import Costing, build
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.machine import Machine, get_machine
+from stratopt.planning.recompute import confined
 
 
 @dataclass(frozen=True)
@@ -51,5 +52,9 @@ def price(graph: Graph, devices: int, machine: Machine, *, recompute: bool = Fal
     and every pipeline stage alike: the ``default`` profile, any block size down to one element
     (data parallelism over as many devices as samples), and every product with replicated weights
     also offered with its weight state sharded over the replicas (FSDP); with ``recompute``, every
-    operator also offered recomputing its outputs."""
-    return build(graph, devices, profile="default", machine=machine, cutoff=1, shard_weights=True, recompute=recompute)
+    operator also offered recomputing its outputs, inside the graph's blocks where it has them
+    (:func:`~stratopt.planning.recompute.confined`: what leaves a block is kept)."""
+    costing = build(
+        graph, devices, profile="default", machine=machine, cutoff=1, shard_weights=True, recompute=recompute
+    )
+    return confined(costing) if recompute else costing

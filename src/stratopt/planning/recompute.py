@@ -33,6 +33,7 @@ choices.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.graph.ir import Graph, Operator
+from stratopt.problem import FORBIDDEN
 
 __all__ = [
     "MODES",
@@ -48,6 +50,7 @@ __all__ = [
     "block_of",
     "blocks",
     "checkpointed",
+    "confined",
     "keeping",
     "kept",
     "reissue_costs",
@@ -131,6 +134,29 @@ def allowed(
         else:
             out.append(again)
     return out
+
+
+def confined(costing: Any) -> Any:
+    """``costing`` with recomputation confined to the inner operators of the graph's blocks (every
+    other recomputing configuration forbidden), where the graph has blocks; as it is otherwise.
+
+    A recomputed operator's forward runs once more in the backward pass, from inputs that must be at
+    hand then: kept, or recomputed from kept ones. Recomputing a block's inner operators re-runs part
+    of one block from its kept input, one block at a time, as checkpointing does. An operator whose
+    outputs leave its block (the residual stream between blocks) recomputed too would chain the
+    recomputation back through every block before it: rebuilt in one pass, all of the chain is held
+    at once in the backward pass (the memory its recomputation claims to save), or it is rebuilt
+    once per block (quadratic time); the per-operator prices count neither. So a plan keeps what
+    leaves a block, on paper as PyTorch does; a graph without blocks keeps the per-operator choice."""
+    found = blocks(costing.graph)
+    if not found or not costing.recomputed:
+        return costing
+    inner = {v for b in found for v in b.inner}
+    nodes = []
+    for v, node in enumerate(costing.node_costs()):
+        again = np.asarray(costing.recomputed[v], dtype=bool)
+        nodes.append(node if v in inner else np.where(again, float(FORBIDDEN), node))
+    return dataclasses.replace(costing, problem=costing.problem.replace(node_costs=nodes))
 
 
 def reissue_costs(costing: Any, on: Collection[str], found: list[Block] | None = None) -> list[np.ndarray]:
