@@ -137,3 +137,48 @@ def test_json_file_is_valid_json(tmp_path):
     """The one-operator-per-line layout is still plain JSON."""
     save_graph(small(), tmp_path / "s.json")
     assert json.loads((tmp_path / "s.json").read_text())["format"] == "stratopt-graph"
+
+
+def test_a_view_passes_a_split_of_the_heads_and_nothing_finer():
+    """``view``: the width split into heads is one operator whose axes are the heads and each head's
+    width (locked), so heads split over the devices pass it at no cost from a product that splits
+    its output features and back into one that splits its input features; a reshape that is no
+    split or merge falls back to the flatten-unflatten pair."""
+    from stratopt.graph.configs import ConfigPolicy, configurations
+    from stratopt.problem import evaluate
+
+    g = GraphBuilder("heads")
+    x = g.fc(g.input((4, 16, 64)), 64, name="q")
+    y = g.view(x, (4, 16, 8, 8), name="split")
+    z = g.view(y, (4, 16, 64), name="merge")
+    g.fc(z, 64, name="o")
+    g.view(g.input((4, 6, 10)), (4, 10, 6), name="odd")
+    graph = g.build()
+    names = [op.name for op in graph]
+    assert names == ["q", "split", "merge", "o", "odd.ravel", "odd.unravel"]
+    view = graph.operators[1]
+    assert view.op == "reshape" and view.sizes == (4, 16, 8, 8) and view.locked == {view.axes[3]}
+    assert view.inputs[0].use.dims[2] == (view.axes[2], view.axes[3])
+    rows = configurations(view, ConfigPolicy(procs=2, cutoff=1)).tolist()
+    assert [1, 1, 2, 1] in rows and [1, 1, 1, 2] not in rows
+    costing = build(graph, 2, profile="default", machine="h100", cutoff=1)
+    labels = costing.problem.labels
+
+    def pick(v: int, label: str) -> int:
+        return labels[v].index(label)
+
+    q, o = graph.operators[0], graph.operators[3]
+    heads = [
+        pick(0, f"{q.attrs['n'][0]}2"),
+        pick(1, f"{view.axes[2]}2"),
+        pick(2, f"{graph.operators[2].axes[2]}2"),
+        pick(3, f"{o.attrs['k'][0]}2"),
+        0,
+        0,
+    ]
+    edges = evaluate(costing.problem, heads).objective - sum(
+        float(costing.node_costs()[v][c]) for v, c in enumerate(heads)
+    )
+    assert edges == pytest.approx(0.0)  # no re-layout on the way
+    with pytest.raises(ModelError, match="cannot reshape"):
+        g.view(g.input((4, 6)), (5, 5))

@@ -277,6 +277,49 @@ class Builder:
             contiguous=True,
         )[0]
 
+    def view(self, x: TensorRef, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
+        """A reshape that only splits dimensions into several or merges neighbours (a view: ``(b, s,
+        h)`` to ``(b, s, heads, d)`` and back), as one operator whose axes are the finer side's
+        dimensions, so a split passes through it as PyTorch's view passes it: a dimension split into
+        several is indexed by their axes, of which only the outermost may split (the devices keep
+        contiguous runs of it; heads over the devices, each head's width whole). Any other reshape is
+        :meth:`reshape`'s flatten and unflatten."""
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) != math.prod(x.shape):
+            raise ModelError(f"reshape: cannot reshape {list(x.shape)} into {list(shape)}")
+        pieces = _pieces(x.shape, shape)
+        if pieces is None:
+            return self.reshape(x, shape, name=name)
+        axes: list[str] = []
+        sizes: list[int] = []
+        locked: list[str] = []
+        before: list[list[str]] = [[] for _ in x.shape]
+        after: list[list[str]] = [[] for _ in shape]
+        for ins, outs in pieces:
+            fine, coarse, side = (outs, ins, after) if len(outs) >= len(ins) else (ins, outs, before)
+            dims = shape if side is after else x.shape
+            names = []
+            for d in fine:
+                if dims[d] == 1:
+                    continue
+                names.append(f"d{len(axes)}")
+                axes.append(names[-1])
+                sizes.append(dims[d])
+                side[d] = [names[-1]]
+            locked += names[1:]
+            for d in coarse:
+                (before if side is after else after)[d] = list(names)
+        return self._add(
+            "reshape",
+            name,
+            "reshape",
+            axes,
+            sizes,
+            [(x, before)],
+            [(shape, after)],
+            locked=locked,
+        )[0]
+
     def variable(self, shape: Sequence[int], *, name: str | None = None) -> TensorRef:
         """A weight tensor as its own vertex (PaSE's ``Variable``), so several layers can share it."""
         w = self.input(shape, param=True)
@@ -284,3 +327,36 @@ class Builder:
         return self._add(
             "variable", name, "variable", names, w.shape, [(w, axes_groups(names))], [(w.shape, axes_groups(names))]
         )[0]
+
+
+def _pieces(before: tuple[int, ...], after: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """The runs of dimensions a reshape maps onto each other, ``(dims before, dims after)`` with equal
+    products, where each run is one dimension on at least one side (a split or a merge; size-1
+    dimensions ride along); None where some run is several on both sides."""
+    out: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(before) or j < len(after):
+        ins: list[int] = []
+        outs: list[int] = []
+        a = b = 1
+        while True:
+            if a == b and (ins or outs) and (a > 1 or (i == len(before) and j == len(after))):
+                break
+            if a <= b and i < len(before):
+                a, i = a * before[i], i + 1
+                ins.append(i - 1)
+            elif j < len(after):
+                b, j = b * after[j], j + 1
+                outs.append(j - 1)
+            else:
+                return None
+        while i < len(before) and before[i] == 1 and (j == len(after) or after[j] != 1):
+            ins.append(i)
+            i += 1
+        while j < len(after) and after[j] == 1 and (i == len(before) or before[i] != 1):
+            outs.append(j)
+            j += 1
+        if len([d for d in ins if before[d] > 1]) > 1 and len([d for d in outs if after[d] > 1]) > 1:
+            return None
+        out.append((ins, outs))
+    return out

@@ -166,7 +166,7 @@ def _broadcast_matmul(g: GraphBuilder, a: TensorRef, b: TensorRef, pw: int, name
         keep = [i for i in range(skip, rank) if padded[i] != 1 or other[i] == 1]
         shape = tuple(padded[i] for i in keep) + t.shape[-2:]
         if shape != t.shape:
-            t = g.reshape(t, shape, name=f"{name}.squeeze")
+            t = g.view(t, shape, name=f"{name}.squeeze")
         return t, "".join(letters[i] for i in keep) + tail
 
     ta, da = operand(a, padded_a, padded_b, "mk")
@@ -197,7 +197,7 @@ def _emit_one(
         x, weight, out = tensors[0], params[0].shape, n.shape
         flat = len(weight) == 3 and len(x) == 3 and len(out) == 3  # conv1d: a conv2d of height 1
         if flat:
-            x = g.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+            x = g.view(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
             weight, out = (weight[0], weight[1], 1, weight[2]), (out[0], out[1], 1, out[2])
         if len(weight) != 4 or _pair(a.get("dilation", 1)) != (1, 1):
             return None
@@ -209,7 +209,7 @@ def _emit_one(
         if pad is None:
             return None
         y = g.conv(x, weight, stride=steps, pad=pad, groups=int(a.get("groups", 1)), pointwise=pw, name=_safe(n.name))
-        return g.reshape(y, n.shape) if flat else y
+        return g.view(y, n.shape) if flat else y
     if kind == "matmul":
         same_batch = len(tensors) == 2 and len(tensors[0]) == len(tensors[1]) >= 2
         if same_batch and tensors[0].shape[:-2] == tensors[1].shape[:-2]:
@@ -290,7 +290,7 @@ def _emit_one(
     if kind == "reshape" and len(tensors) == 1:
         if tensors[0].shape == n.shape:
             return tensors[0]
-        return g.reshape(tensors[0], n.shape, name=_safe(n.name))
+        return g.view(tensors[0], n.shape, name=_safe(n.name))
     if kind == "transpose" and len(tensors) == 1:
         return g.transpose(tensors[0], a["perm"], name=_safe(n.name))
     if kind == "concat" and len(tensors) >= 2:
@@ -408,7 +408,7 @@ def attention(
         qq = q
     else:
         s_eq, o_eq = f"{lead}hgsd,{lead}htd->{lead}hgst", f"{lead}hgst,{lead}hte->{lead}hgse"
-        qq = g.reshape(q, (*q.shape[:-3], kv_heads, group, *q.shape[-2:]), name=f"{name}.groups")
+        qq = g.view(q, (*q.shape[:-3], kv_heads, group, *q.shape[-2:]), name=f"{name}.groups")
     scores = g.einsum(s_eq, qq, k, pointwise=pointwise, name=f"{name}.scores")
     probs = g.softmax(scores, -1, name=f"{name}.softmax")
     out = g.einsum(o_eq, probs, v, name=name if group == 1 else f"{name}.grouped")
@@ -416,7 +416,7 @@ def attention(
         for role, t in (("scores", scores), ("softmax", probs), ("context", out)):
             g.annotate(t, fused_attention=role, causal=causal)
     if group > 1:
-        out = g.reshape(out, (*q.shape[:-1], v.shape[-1]), name=name)
+        out = g.view(out, (*q.shape[:-1], v.shape[-1]), name=name)
     return out
 
 
