@@ -76,6 +76,60 @@ def mixed_mlp(result):
     return tuple(a)
 
 
+def split_heads(result, tp: int):
+    """Megatron's attention on a ``1 x tp`` mesh (no FSDP, nothing recomputed): the q, k and v
+    projections column-parallel, the output projection row-parallel, every operator between them
+    split ``tp`` ways (over the heads, through the views and the rotary embedding), the rest as the
+    restricted DP decides."""
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import _config, restricted_costs
+    from stratopt.problem import FORBIDDEN
+    from stratopt.solvers import solve
+
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+    costs = restricted_costs(costing, 1, tp)
+    wanted = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
+    out = []
+    for v, op in enumerate(ops):
+        node = np.array(costs[v], dtype=np.float64)
+        for c in range(len(node)):
+            config = _config(costing, v, c)
+            model = int(np.prod([n for a, n in config.items() if a not in batches[op.name]]))
+            kind = wanted.get(op.name.rsplit(".", 1)[-1])
+            plain = not costing.is_sharded(v, c) and not costing.is_recomputed(v, c)
+            styled = kind is None or style(op, config, batches[op.name], 1, tp) == kind
+            between = kind is not None or op.attrs.get("params") or ".self_attn." not in op.name or model == tp
+            if not (plain and styled and between):
+                node[c] = FORBIDDEN
+        out.append(node)
+    found = solve(costing.problem.replace(node_costs=out), "dp")
+    assert found.assignment is not None
+    return tuple(int(c) for c in found.assignment)
+
+
+def test_megatron_attention_splits_the_heads_through_views_and_rotary_tables() -> None:
+    """A view that splits the width into heads passes a split of the heads (the importer's reshape
+    is one operator: PyTorch's view moves no data), and the rotary tables the attention reads whole
+    are broadcast over the heads: the q, k and v projections hand their shards on to the output
+    projection, and nothing runs whole."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import as_run, find_mesh, module_placements
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    a = split_heads(result, 2)
+    costing = result.costing
+    assert find_mesh(costing, a, 2) == (1, 2) and as_run(costing, a, 1, 2) == a
+    placed = {p.module: p for p in module_placements(costing, a, 1, 2)}
+    for layer in ("layers.0", "layers.1"):
+        for name in ("q_proj", "k_proj", "v_proj"):
+            p = placed[f"{layer}.self_attn.{name}"]
+            assert (p.tp, p.output) == ("colwise", "shard") and p.collectives["forward"] == {}, name
+        o = placed[f"{layer}.self_attn.o_proj"]
+        assert (o.tp, o.input) == ("rowwise", "shard") and o.collectives["forward"] == {"all_reduce": 1}
+
+
 def test_a_split_the_runtime_gathers_anyway_is_counted_and_priced() -> None:
     """DTensor's operators without weights run on what the modules hand them: where one keeps a
     column-parallel output's split but also reads a whole tensor, the module gathers its output all
@@ -83,7 +137,7 @@ def test_a_split_the_runtime_gathers_anyway_is_counted_and_priced() -> None:
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.planner import runnable_time
-    from stratopt.planning.torchplan import find_mesh, module_placements, unpriced_gathers
+    from stratopt.planning.torchplan import as_run, find_mesh, module_placements, unpriced_gathers
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
@@ -94,8 +148,12 @@ def test_a_split_the_runtime_gathers_anyway_is_counted_and_priced() -> None:
     assert up.tp == "colwise" and up.output == "replicate" and up.collectives["forward"] == {"all_gather": 1}
     assert unpriced_gathers(result.costing, mixed, 1, 2) > 0.0
     assert unpriced_gathers(result.costing, megatron, 1, 2) == 0.0
-    gap = runnable_time(result.costing, mixed, 2) - result.costing.step_time(mixed)
-    assert np.isclose(gap, unpriced_gathers(result.costing, mixed, 1, 2))
+    # the product of the two branches runs whole too (it reads the gathered up projection)
+    ran = as_run(result.costing, mixed, 1, 2)
+    names = [op.name for op in result.costing.graph.operators]
+    assert [names[v] for v, (c, r) in enumerate(zip(mixed, ran, strict=True)) if c != r] == ["layers.0.mlp.mul"]
+    gap = runnable_time(result.costing, mixed, 2) - result.costing.step_time(ran)
+    assert np.isclose(gap, unpriced_gathers(result.costing, ran, 1, 2))
 
 
 def test_a_model_output_is_never_column_split() -> None:
@@ -171,3 +229,82 @@ def test_the_runnable_estimate_of_a_module_laid_out_twice_is_still_a_figure() ->
     with pytest.raises(ModelError, match="take different placements"):
         module_placements(costing, a, 2, 1)
     assert runnable_time(costing, a, 2) >= costing.step_time(a)
+
+
+def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
+    """Megatron's attention on 1 x 2 with the q, k and v projections made row-parallel: their
+    outputs are all-reduced whole, so the views, rotary embedding and attention kernel between them
+    and the output projection run whole on both devices, though the plan splits them over the
+    heads. ``as_run`` says so, the runnable estimate prices it so, and the plan the search returns
+    already runs as it is split."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.planner import runnable_time
+    from stratopt.planning.torchplan import _config, as_run, find_mesh
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
+    assert as_run(costing, megatron, 1, 2) == megatron
+
+    def split(v: int, c: int) -> int:
+        return int(np.prod([n for a, n in _config(costing, v, c).items() if a not in batches[ops[v].name]]))
+
+    a = list(split_heads(result, 2))
+    for v, op in enumerate(ops):
+        if op.name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj"):
+            a[v] = next(
+                c
+                for c in range(len(costing.configs[v]))
+                if style(op, _config(costing, v, c), batches[op.name], 1, 2) == "rowwise"
+                and not costing.is_sharded(v, c)
+                and not costing.is_recomputed(v, c)
+            )
+    rowwise = tuple(a)
+    assert find_mesh(costing, rowwise, 2) == (1, 2)
+    ran = as_run(costing, rowwise, 1, 2)
+    between = [v for v, op in enumerate(ops) if ".self_attn." in op.name and not op.attrs.get("params")]
+    assert [v for v in range(len(ops)) if ran[v] != rowwise[v]] == between
+    assert all(split(v, rowwise[v]) == 2 and split(v, ran[v]) == 1 for v in between)
+    assert np.isclose(runnable_time(costing, rowwise, 2), runnable_time(costing, ran, 2))
+    assert not np.isclose(runnable_time(costing, rowwise, 2), costing.step_time(rowwise))
+    best = result.plan.assignment
+    assert as_run(costing, best, *find_mesh(costing, best, 2)) == best
+
+
+def test_the_pairs_dtensor_runs_as_priced() -> None:
+    """``handed_on``: on every edge, a split made by an operator without weights reaches its reader
+    split the same way, and one read split by an operator without weights was made split: Megatron's
+    attention passes every edge, the row-parallel projections feeding split heads do not, nor does
+    the MLP product reading the whole gate beside the split up projection."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import handed_on
+    from stratopt.problem import evaluate
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    pairs = handed_on(costing)
+    edges = costing.edges
+
+    def refused(a: tuple[int, ...]) -> list[str]:
+        names = [op.name for op in costing.graph.operators]
+        return [
+            f"{names[edges[e][0]]} -> {names[edges[e][1]]}"
+            for e, ok in pairs.items()
+            if not ok[a[edges[e][0]], a[edges[e][1]]]
+        ]
+
+    heads = split_heads(result, 2)
+    assert refused(heads) == [] and refused(result.plan.assignment) == []
+    assert refused(mixed_mlp(result)) == ["layers.0.mlp.gate_proj -> layers.0.mlp.mul"]
+    a = list(heads)
+    for v, op in enumerate(costing.graph.operators):
+        if op.name == "layers.0.self_attn.q_proj":
+            a[v] = costing.problem.labels[v].index(f"{op.attrs['k'][0]}2")
+    assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
+    forbidding = costing.problem.forbid(pairs)
+    assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
+    assert not evaluate(forbidding, tuple(a)).feasible

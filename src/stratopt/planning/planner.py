@@ -57,7 +57,16 @@ from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
 from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping, reissue_costs, reissued
 from stratopt.planning.result import PlanResult, Strategy
-from stratopt.planning.torchplan import find_mesh, mesh_shapes, restricted_costs, unpriced_gathers
+from stratopt.planning.torchplan import (
+    AS_RUN_ROUNDS,
+    as_run,
+    find_mesh,
+    handed_on,
+    mesh_shapes,
+    restricted_costs,
+    unpriced_gathers,
+    unsplit,
+)
 from stratopt.planning.twins import Twins
 from stratopt.planning.words import describe_layers
 from stratopt.problem import FORBIDDEN, evaluate
@@ -113,10 +122,11 @@ def plan(
     if recompute == "full":
         assignment, status, bound = _full_recompute(costing, gpus_per_node, limit, time_limit, say, expressible)
     elif expressible == "torch":
-        assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say)
+        priced = costing.problem.forbid(handed_on(costing))  # the pairs DTensor runs as priced
+        assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say, priced=priced)
         if recompute == "auto":
             costing, assignment, status, bound = _torch_recompute(
-                costing, graph, where, (assignment, status, bound), limit, time_limit, say
+                costing, graph, where, (assignment, status, bound), limit, time_limit, say, priced
             )
     else:
         assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
@@ -185,13 +195,16 @@ def runnable_time(costing: Any, assignment: tuple[int, ...], gpus_per_node: int)
     """The step time of a strategy PyTorch runs: :meth:`~stratopt.cost.Costing.step_time` plus what
     the per-operator prices leave out of how it runs (the forward communication checkpointing
     repeats, :func:`~stratopt.planning.recompute.reissued`; the gathers DTensor issues where the
-    plan keeps a split, :func:`~stratopt.planning.torchplan.unpriced_gathers`)."""
-    extra = reissued(costing, assignment)
+    plan keeps a split, :func:`~stratopt.planning.torchplan.unpriced_gathers`), each operator priced
+    as it runs (:func:`~stratopt.planning.torchplan.as_run`: one the plan splits but no module hands
+    a shard runs whole)."""
     mesh = find_mesh(costing, assignment, gpus_per_node)
+    extra = 0.0
     if not isinstance(mesh, str):
         with contextlib.suppress(ModelError):  # its modules take no single placement: the export says why
+            assignment = as_run(costing, assignment, *mesh)
             extra += unpriced_gathers(costing, assignment, *mesh)
-    return costing.step_time(assignment) + extra
+    return costing.step_time(assignment) + reissued(costing, assignment) + extra
 
 
 def _better(
@@ -239,6 +252,7 @@ def _torch_recompute(
     limit: float,
     time_limit: float | None,
     say: Callable[[str], None],
+    priced: Any = None,
 ) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
     """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
     the search again with the first ``k`` blocks checkpointed selectively (each module's product
@@ -248,7 +262,7 @@ def _torch_recompute(
     cheapest that fits wins, every block recomputed whole among them (the fused attention
     recomputed too). The bound is the relaxation's (recomputation per operator: a superset)."""
     gpus = where.gpus_per_node
-    fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None)
+    fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None, priced=priced)
     if fastest is None or strategy_memory(costing, fastest) <= limit:
         return (costing, *found)
     again = price(graph, where.devices, where.machine, recompute=True)
@@ -256,7 +270,8 @@ def _torch_recompute(
     if not chain:
         return (costing, *found)
     say(f"the fastest strategy DTensor runs needs more than {limit / 1e9:g} GB: recomputation offered per block")
-    relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None)
+    priced = again.problem.forbid(handed_on(again))
+    relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None, as_run=False, priced=priced)
     if relaxed is None:
         return (costing, *found)
     recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
@@ -269,7 +284,7 @@ def _torch_recompute(
         mask = allowed(again, on, chain, selective=selective)
         extra = reissue_costs(again, on, chain) if selective else None
         assignment, _, _ = _torch_search(
-            again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True, surcharge=extra
+            again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True, surcharge=extra, priced=priced
         )
         what = f"{k} of {total} blocks recomputing{'' if selective else ' whole'}"
         if assignment is None:
@@ -295,13 +310,19 @@ def _torch_search(
     *,
     loosen: bool = False,
     surcharge: list[np.ndarray] | None = None,
+    as_run: bool = True,
+    priced: Any = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
     configurations allowed besides; ``loosen``: the mixes may give masked blocks their outputs
     back, whole; ``surcharge``: per operator, time added to the allowed configurations, the forward
     communication a selectively checkpointed block issues again); the bound is the least of the
-    meshes' bounds.
+    meshes' bounds. A mesh's answer in which PyTorch would run an operator whole that it splits
+    (:func:`~stratopt.planning.torchplan.as_run`) is searched again with those splits forbidden, up
+    to ``AS_RUN_ROUNDS`` times (``as_run=False``: not, for a relaxation); ``priced``: the costing's
+    problem with the pairs DTensor does not run as priced forbidden
+    (:func:`~stratopt.planning.torchplan.handed_on`), where the caller has it.
 
     Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched
     best bound first, and one whose bound is no better than the best objective found is not searched
@@ -316,12 +337,13 @@ def _torch_search(
             return {}
         return {
             "companion": partial(keeping, costing),
-            "judge": costing.problem.replace(node_costs=runnable),
+            "judge": runs_as_priced.replace(node_costs=runnable),
             "valid": lambda a: not isinstance(checkpointed(costing, a), str),
             "together": [b.inner for b in blocks(costing.graph)],
         }
 
-    twins = Twins(costing.problem, costing.configs)  # every mesh's costs differ at the nodes only
+    runs_as_priced = costing.problem.forbid(handed_on(costing)) if priced is None else priced
+    twins = Twins(runs_as_priced, costing.configs)  # every mesh's costs differ at the nodes only
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         runnable = costs = restricted_costs(costing, dp, tp)
@@ -333,7 +355,7 @@ def _torch_search(
         if costs is None:
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue
-        problem = costing.problem.replace(node_costs=costs)
+        problem = runs_as_priced.replace(node_costs=costs)
         fastest = twins.solve(costs, time_limit)
         if fastest is not None and runnable is not None:
             runs.append((fastest[1], dp, tp, problem, costs, fastest, runnable))
@@ -346,12 +368,26 @@ def _torch_search(
             say(f"mesh {dp} x {tp}: at best {value:.1f} us, no better than {best_objective:.1f} us found")
             continue
 
-        def oracle(price: float, costs: Any = costs, fastest: Any = fastest) -> Any:
-            if price == 0.0:
-                return fastest
-            return twins.solve([c + price * m for c, m in zip(costs, memory, strict=True)], time_limit)
+        found, bound = None, None
+        for rounds in range(AS_RUN_ROUNDS):  # until every operator runs as the plan splits it
 
-        found, _, bound = under_memory(problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(runnable))
+            def oracle(price: float, costs: Any = costs, fastest: Any = fastest) -> Any:
+                if price == 0.0:
+                    return fastest
+                return twins.solve([c + price * m for c, m in zip(costs, memory, strict=True)], time_limit)
+
+            found, _, relaxed = under_memory(
+                problem, costs, memory, limit, time_limit, say, oracle=oracle, **lift(runnable)
+            )
+            bound = relaxed if rounds == 0 else bound  # the first space holds every later one
+            again = None if found is None or not as_run else unsplit(costing, [costs, runnable], found, dp, tp)
+            if again is None:
+                break
+            say(f"mesh {dp} x {tp}: operators PyTorch would run whole where the plan splits them: again without")
+            costs, runnable = again
+            problem = runs_as_priced.replace(node_costs=costs)
+            fastest = twins.solve(costs, time_limit)
+            found = None
         if bound is not None:
             bounds.append(bound)
         if found is not None:

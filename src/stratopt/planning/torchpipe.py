@@ -53,7 +53,14 @@ from stratopt.planning.stages import (
     stage_costing,
     transfer_time,
 )
-from stratopt.planning.torchplan import mesh_shapes, module_placements, restricted_costs
+from stratopt.planning.torchplan import (
+    AS_RUN_ROUNDS,
+    handed_on,
+    mesh_shapes,
+    module_placements,
+    restricted_costs,
+    unsplit,
+)
 from stratopt.planning.units import StageCosts
 from stratopt.problem import FORBIDDEN
 
@@ -453,19 +460,25 @@ def _fit(
         x[c] for x, c in zip(mask, stage.assignment, strict=True)
     ):
         assignment = None
-    if assignment is None or used(assignment) > limit:
-        costs = [
-            np.where(x, np.asarray(n, dtype=np.float64), float(FORBIDDEN))
-            for n, x in zip(costing.node_costs(), mask, strict=True)
-        ]
-        problem = costing.problem.replace(node_costs=costs)
-        fastest = exact_dp(problem, None)
-        assignment = fastest[0] if fastest is not None and used(fastest[0]) <= limit else None
-        if assignment is None and fastest is not None:
-            assignment, _, _ = under_memory(problem, costs, usage, limit, None, say)
-    if assignment is None or used(assignment) > limit:
-        return None
-    return dataclasses.replace(stage, assignment=assignment, time=costing.stage_time(assignment, m))
+    costs = [
+        np.where(x, np.asarray(n, dtype=np.float64), float(FORBIDDEN))
+        for n, x in zip(costing.node_costs(), mask, strict=True)
+    ]
+    runs_as_priced = costing.problem.forbid(handed_on(costing))
+    for _ in range(AS_RUN_ROUNDS):  # until every operator runs as the stage's strategy splits it
+        if assignment is None or used(assignment) > limit:
+            problem = runs_as_priced.replace(node_costs=costs)
+            fastest = exact_dp(problem, None)
+            assignment = fastest[0] if fastest is not None and used(fastest[0]) <= limit else None
+            if assignment is None and fastest is not None:
+                assignment, _, _ = under_memory(problem, costs, usage, limit, None, say)
+        if assignment is None or used(assignment) > limit:
+            return None
+        again = unsplit(costing, [costs], assignment, *mesh)
+        if again is None:
+            return dataclasses.replace(stage, assignment=assignment, time=costing.stage_time(assignment, m))
+        costs, assignment = again[0], None
+    return None
 
 
 def _usage(costing: Any, f: int) -> list[np.ndarray]:

@@ -22,9 +22,13 @@ operator recomputes its outputs only as a checkpointed block's inner operator
 (:mod:`~stratopt.planning.recompute`); a module inside such a block runs its forward, and its
 forward collectives (``"recompute"`` among its collectives), again in the backward pass. Between a column-parallel module and the row-parallel ones it feeds,
 the activations stay split (``output: shard``) when every operator in between keeps the split as the
-plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing else; otherwise the
-column-parallel module gathers its output. The operators without weights run on what their modules
-hand them.
+plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing else along the split
+(a rotary table broadcast over the heads is read whole); otherwise the column-parallel module
+gathers its output. The operators without weights run on what their modules
+hand them: the search keeps to the pairs of configurations on each edge that run as priced
+(:func:`handed_on`: a split made or read by an operator without weights must be made and read the
+same way), and :func:`as_run` says which operators a strategy would run whole anyway (a region
+gathered after all), which the runnable estimate prices as they run.
 
 :func:`module_placements` gives each module's placement and the collectives the cost model priced for
 it (kind and count, forward and backward), which ``stratopt check-plan`` holds against PyTorch's own
@@ -50,13 +54,17 @@ from stratopt.planning.recompute import block_of, checkpointed
 from stratopt.problem import FORBIDDEN
 
 __all__ = [
+    "AS_RUN_ROUNDS",
     "ModulePlacement",
+    "as_run",
     "find_mesh",
+    "handed_on",
     "mesh_shapes",
     "module_placements",
     "restricted_costs",
     "style",
     "unpriced_gathers",
+    "unsplit",
 ]
 
 
@@ -82,6 +90,11 @@ class ModulePlacement:
         parameters as a list and ``held`` as ``held_elements``."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("module", "held")}
         return {**out, "params": list(self.params), "held_elements": self.held}
+
+
+#: How many times a search runs again with the splits PyTorch would not keep (:func:`unsplit`)
+#: forbidden before it gives up on the mesh.
+AS_RUN_ROUNDS = 6
 
 
 def mesh_shapes(devices: int, gpus_per_node: int) -> list[tuple[int, int]]:
@@ -130,6 +143,47 @@ def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
         if not any(ok):
             return None
         out.append(np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN)))
+    return out
+
+
+def handed_on(costing: Any) -> dict[int, np.ndarray]:
+    """Per edge, which pairs of configurations DTensor runs as the edge prices them (only the edges
+    where some pair it does not; for :meth:`~stratopt.problem.StrategyProblem.forbid`). Operators
+    without weights run on the plain tensors they are handed, so a tensor split beyond the batch
+    where it is made and whole where it is read needs a module to make it (DTensor gathers a
+    column-parallel output), one whole where it is made and split where it is read needs a module
+    to read it (a row-parallel module takes its slice), and one split on both sides must need no
+    re-layout on the way."""
+    batches, ops = batch_axes(costing.graph), costing.graph.operators
+    out = {}
+    for e, (u, w, i) in enumerate(costing.edges):
+        read = ops[w].inputs[i]
+        made = _beyond(ops[u], ops[u].outputs[read.output], costing.configs[u], batches[ops[u].name])
+        taken = _beyond(ops[w], read.use, costing.configs[w], batches[ops[w].name])
+        if not made.any() and not taken.any():
+            continue
+        ok = np.ones((len(made), len(taken)), dtype=bool)
+        if not _holds(ops[u]):
+            ok &= ~(made[:, None] & ~taken[None, :])
+        if not _holds(ops[w]):
+            ok &= ~(~made[:, None] & taken[None, :])
+        both = made[:, None] & taken[None, :]
+        if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
+            ok &= ~both  # an embedding split over its width hands on its output gathered
+        elif both.any():
+            ok &= ~both | (np.asarray(costing.problem.edge_cost(e)) == 0)
+        if not ok.all():
+            out[e] = ok
+    return out
+
+
+def _beyond(op: Operator, use: Any, configs: np.ndarray, batch: Sequence[str]) -> np.ndarray:
+    """Per configuration of ``op``, whether it splits the tensor ``use`` over more than the batch."""
+    out = np.zeros(configs.shape[0], dtype=bool)
+    for group in use.dims:
+        for a in group:
+            if a not in batch:
+                out |= configs[:, op.axis_index(a)] > 1
     return out
 
 
@@ -193,11 +247,46 @@ def module_placements(
     ``microbatches`` micro-batches (``costing`` prices one): every collective once per micro-batch
     but for the weight gradients' reduction over the data-parallel replicas, once a step (gradients
     accumulate locally, as a pipeline stage accumulates them)."""
-    graph, problem = costing.graph, costing.problem
-    batches, outputs = batch_axes(graph), _read_whole(costing)
-    ops = graph.operators
-    styles = {}
+    ops = costing.graph.operators
+    styles, out_edges, in_edges, _, shard_out = _laid_out(costing, assignment, dp, tp)
+    reaches: set[int] = set()  # the row-parallel modules that read a split activation
+    for v in shard_out:
+        todo, seen = [v], {v}
+        while todo:
+            for w, _ in out_edges.get(todo.pop(), []):
+                if w not in seen:
+                    seen.add(w)
+                    (reaches.add if styles[w] == "rowwise" else todo.append)(w)
+    # a tied weight (an output projection reading the embedding's table) is sharded with its owner
+    owned = {n: costing.is_sharded(u, assignment[u]) and dp > 1 for u, op in enumerate(ops) for n in _params(op)}
+    recomputing = checkpointed(costing, assignment)
+    if isinstance(recomputing, str):
+        raise ModelError(recomputing)
+    again = set(recomputing)
+    out = []
     for v, op in enumerate(ops):
+        if styles[v] != "free":
+            p = _placement(
+                costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
+            )
+            p = _recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p
+            out.append(_per_step(p, microbatches, dp > 1 and not p.fsdp and not op.attrs.get("tied")))
+    merged: dict[str, ModulePlacement] = {}
+    for p in out:
+        merged[p.module] = _merged(merged[p.module], p) if p.module in merged else p
+    return list(merged.values())
+
+
+def _laid_out(
+    costing: Any, assignment: tuple[int, ...], dp: int, tp: int
+) -> tuple[
+    dict[int, str], dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]], dict[int, set[int]], set[int]
+]:
+    """(each operator's style, its outgoing and incoming edges as (operator, edge), the split
+    regions and the column-parallel modules whose region stays split: :func:`_split_regions`)."""
+    batches, outputs = batch_axes(costing.graph), _read_whole(costing)
+    styles = {}
+    for v, op in enumerate(costing.graph.operators):
         found = _runs(costing, v, assignment[v], batches, outputs, dp, tp)
         if found is None:
             raise ModelError(f"operator {op.name}: its configuration has no DTensor form on a {dp} x {tp} mesh")
@@ -207,6 +296,70 @@ def module_placements(
     for e, (u, w, _) in enumerate(costing.edges):
         out_edges.setdefault(u, []).append((w, e))
         in_edges.setdefault(w, []).append((u, e))
+    regions, shard_out = _split_regions(costing, assignment, styles, tp, batches, out_edges, in_edges)
+    return styles, out_edges, in_edges, regions, shard_out
+
+
+def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple[int, ...]:
+    """``assignment`` as PyTorch runs it on a ``dp x tp`` mesh: an operator without weights that the
+    plan splits over the tensor-parallel devices but that lies in no split region (between a
+    column-parallel module handing on its shard and the row-parallel ones it feeds) runs on the whole
+    tensors the modules around it hand it, every tensor-parallel device the same work: its
+    configuration with only its batch split (the same recomputation). Elsewhere the same."""
+    styles, _, _, regions, shard_out = _laid_out(costing, assignment, dp, tp)
+    inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
+    batches = batch_axes(costing.graph)
+    out = list(assignment)
+    for v, style in styles.items():
+        if style != "free" or v in inside:
+            continue
+        op, rows = costing.graph.operators[v], costing.configs[v]
+        keep = [i for i, a in enumerate(op.axes) if a in batches[op.name]]
+        config = rows[assignment[v]]
+        if all(config[i] == 1 for i in range(len(op.axes)) if i not in keep):
+            continue
+        again = costing.is_recomputed(v, assignment[v])
+        for c, row in enumerate(rows):
+            whole = all(row[i] == (config[i] if i in keep else 1) for i in range(len(op.axes)))
+            if whole and costing.is_recomputed(v, c) == again:
+                out[v] = c
+                break
+    return tuple(out)
+
+
+def unsplit(
+    costing: Any, tables: list[list[np.ndarray]], assignment: tuple[int, ...], dp: int, tp: int
+) -> list[list[np.ndarray]] | None:
+    """Each of ``tables`` (per operator, its configurations' costs) with every configuration that
+    splits more than the batch forbidden for the operators :func:`as_run` runs whole in
+    ``assignment``, for a search again; None where ``assignment`` runs as it is split."""
+    ran = as_run(costing, assignment, dp, tp)
+    moved = [v for v, (c, r) in enumerate(zip(assignment, ran, strict=True)) if c != r]
+    if not moved:
+        return None
+    batches, out = batch_axes(costing.graph), [list(t) for t in tables]
+    for v in moved:
+        op = costing.graph.operators[v]
+        rows = np.asarray(costing.configs[v])
+        split = (rows[:, [i for i, a in enumerate(op.axes) if a not in batches[op.name]]] > 1).any(axis=1)
+        for t in out:
+            t[v] = np.where(split, float(FORBIDDEN), t[v])
+    return out
+
+
+def _split_regions(
+    costing: Any,
+    assignment: tuple[int, ...],
+    styles: dict[int, str],
+    tp: int,
+    batches: dict[str, Any],
+    out_edges: dict[int, list[tuple[int, int]]],
+    in_edges: dict[int, list[tuple[int, int]]],
+) -> tuple[dict[int, set[int]], set[int]]:
+    """(per column-parallel module, the operators between it and the row-parallel modules it feeds
+    where the activations may stay split; the modules whose region does stay split: every operator
+    in it reads only from split regions or their modules)."""
+    problem, ops = costing.problem, costing.graph.operators
 
     def cost(e: int, u: int, w: int) -> float:
         return float(problem.edge_cost(e)[assignment[u], assignment[w]])
@@ -240,46 +393,33 @@ def module_placements(
             between = region(v)
             if between is not None:
                 regions[v] = between
+
     # an operator in a split region must read only from split regions (or from modules that hand
-    # them a split): a region one of whose operators also reads a whole tensor is gathered instead,
-    # and so are the regions that read from it, until none does
+    # them a split), or read whole what it does not split (rotary tables broadcast over the heads):
+    # a region one of whose operators also reads a whole tensor along a split axis is gathered
+    # instead, and so are the regions that read from it, until none does
+    def splits(w: int, e: int) -> bool:
+        """Whether ``w`` splits an axis of the input it reads over edge ``e`` beyond the batch."""
+        config = _config(costing, w, assignment[w])
+        split = {a for a, c in config.items() if c > 1 and a not in batches[ops[w].name]}
+        return any(a in split for group in ops[w].inputs[costing.edges[e][2]].use.dims for a in group)
+
     shard_out = set(regions)
     while True:
         inside = set().union(*(regions[v] for v in shard_out))
         bad = {
             v
             for v in shard_out
-            if any(u not in inside and u not in shard_out for w in regions[v] for u, _ in in_edges.get(w, []))
+            if any(
+                u not in inside and u not in shard_out and splits(w, e)
+                for w in regions[v]
+                for u, e in in_edges.get(w, [])
+            )
         }
         if not bad:
             break
         shard_out -= bad
-    reaches: set[int] = set()  # the row-parallel modules that read a split activation
-    for v in shard_out:
-        todo, seen = [v], {v}
-        while todo:
-            for w, _ in out_edges.get(todo.pop(), []):
-                if w not in seen:
-                    seen.add(w)
-                    (reaches.add if styles[w] == "rowwise" else todo.append)(w)
-    # a tied weight (an output projection reading the embedding's table) is sharded with its owner
-    owned = {n: costing.is_sharded(u, assignment[u]) and dp > 1 for u, op in enumerate(ops) for n in _params(op)}
-    recomputing = checkpointed(costing, assignment)
-    if isinstance(recomputing, str):
-        raise ModelError(recomputing)
-    again = set(recomputing)
-    out = []
-    for v, op in enumerate(ops):
-        if styles[v] != "free":
-            p = _placement(
-                costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
-            )
-            p = _recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p
-            out.append(_per_step(p, microbatches, dp > 1 and not p.fsdp and not op.attrs.get("tied")))
-    merged: dict[str, ModulePlacement] = {}
-    for p in out:
-        merged[p.module] = _merged(merged[p.module], p) if p.module in merged else p
-    return list(merged.values())
+    return regions, shard_out
 
 
 def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:

@@ -2,7 +2,7 @@
 (:mod:`~stratopt.problem.core`), priced as the IOPDDL contest does (:mod:`~stratopt.problem.evaluation`),
 read and written as IOPDDL files (:mod:`~stratopt.problem.iopddl`)."""
 
-from stratopt.problem.core import FORBIDDEN, Number, StrategyProblem, float_costs
+from stratopt.problem.core import StrategyProblem
 from stratopt.problem.evaluation import Evaluation, check_assignment, evaluate, usage_profile
 from stratopt.problem.iopddl import (
     from_iopddl_dict,
@@ -12,6 +12,7 @@ from stratopt.problem.iopddl import (
     to_iopddl_dict,
     write_iopddl,
 )
+from stratopt.problem.numbers import FORBIDDEN, Number, float_costs
 
 __all__ = [
     "FORBIDDEN",

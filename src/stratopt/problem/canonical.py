@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.problem.core import FORBIDDEN, StrategyProblem
+from stratopt.problem.core import StrategyProblem
 from stratopt.problem.iopddl import read_iopddl, write_iopddl
+from stratopt.problem.numbers import FORBIDDEN
 
 __all__ = ["Canonical", "canonical", "equivalent_copy", "write_copy"]
 

@@ -23,13 +23,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError
-
-#: Costs at or above this value are forbidden (the IOPDDL files write 10**18).
-FORBIDDEN = 10**17
-
-INT64_SAFE = 2**62
-
-Number = int | float
+from stratopt.problem.numbers import FORBIDDEN, Number, float_costs
 
 
 def _as_number_array(chunks: list[Any], what: str) -> np.ndarray:
@@ -120,29 +114,6 @@ def _offsets(sizes: np.ndarray) -> np.ndarray:
 def _readonly(arr: np.ndarray) -> np.ndarray:
     arr.flags.writeable = False
     return arr
-
-
-def exact_sum(values: np.ndarray) -> Number:
-    """Sum exactly: a Python int for integer arrays (no int64 overflow), else a float."""
-    if values.dtype.kind == "f":
-        return float(values.sum())
-    if values.size == 0:
-        return 0
-    peak = int(np.abs(values).max())
-    if peak * values.size < INT64_SAFE:
-        return int(values.sum())
-    return sum(values.tolist())
-
-
-def forbidden_mask(values: np.ndarray) -> np.ndarray:
-    return values >= FORBIDDEN
-
-
-def float_costs(values: np.ndarray, forbidden: float = math.inf) -> np.ndarray:
-    """A float64 copy of cost values with every forbidden entry (>= FORBIDDEN) set to ``forbidden``."""
-    out = values.astype(np.float64)
-    out[forbidden_mask(values)] = forbidden
-    return out
 
 
 class StrategyProblem:
@@ -583,12 +554,24 @@ class StrategyProblem:
         """The same problem with new node costs (as many choices each), sharing every other array:
         a large model's edge tables are gigabytes, and the memory search reprices the nodes only."""
         flat, _ = _flatten(costs, [(int(x),) for x in self._k], lambda v: f"vertex {self.vertex_label(v)}")
-        node = _readonly(self._check_costs(_as_number_array(flat, "node costs"), "node"))
+        return self._sharing(_node_flat=_readonly(self._check_costs(_as_number_array(flat, "node costs"), "node")))
+
+    def forbid(self, pairs: dict[int, np.ndarray]) -> StrategyProblem:
+        """The same problem with the choice pairs of edge ``e`` where ``pairs[e]`` (a ``K_u x K_v``
+        boolean matrix) is False forbidden, sharing the node costs (one copy of the edge tables)."""
+        flat = np.array(self._edge_flat)
+        for e, ok in pairs.items():
+            part = flat[self._edge_off[e] : self._edge_off[e + 1]]
+            part[~np.asarray(ok, dtype=bool).ravel()] = FORBIDDEN
+        return self._sharing(_edge_flat=_readonly(flat))
+
+    def _sharing(self, **arrays: np.ndarray) -> StrategyProblem:
         out = object.__new__(type(self))
         for attr, value in self.__dict__.items():
             if attr.startswith("_") or attr == "name":  # the stored fields; cached properties are recomputed
                 object.__setattr__(out, attr, value)
-        object.__setattr__(out, "_node_flat", node)
+        for attr, value in arrays.items():
+            object.__setattr__(out, attr, value)
         return out
 
     def __repr__(self) -> str:

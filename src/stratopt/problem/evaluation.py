@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError
-from stratopt.problem.core import INT64_SAFE, Number, StrategyProblem, exact_sum, forbidden_mask
+from stratopt.problem.core import StrategyProblem
+from stratopt.problem.numbers import INT64_SAFE, Number, exact_sum, forbidden_mask
 
 
 @dataclass(frozen=True)
