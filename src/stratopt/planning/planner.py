@@ -122,11 +122,11 @@ def plan(
     if recompute == "full":
         assignment, status, bound = _full_recompute(costing, gpus_per_node, limit, time_limit, say, expressible)
     elif expressible == "torch":
-        priced = costing.problem.forbid(handed_on(costing))  # the pairs DTensor runs as priced
-        assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say, priced=priced)
+        pairs = handed_on(costing)  # the pairs of configurations DTensor runs as priced
+        assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say, pairs=pairs)
         if recompute == "auto":
             costing, assignment, status, bound = _torch_recompute(
-                costing, graph, where, (assignment, status, bound), limit, time_limit, say, priced
+                costing, graph, where, (assignment, status, bound), limit, time_limit, say, pairs
             )
     else:
         assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
@@ -252,7 +252,7 @@ def _torch_recompute(
     limit: float,
     time_limit: float | None,
     say: Callable[[str], None],
-    priced: Any = None,
+    pairs: dict[int, np.ndarray] | None = None,
 ) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
     """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
     the search again with the first ``k`` blocks checkpointed selectively (each module's product
@@ -262,7 +262,7 @@ def _torch_recompute(
     cheapest that fits wins, every block recomputed whole among them (the fused attention
     recomputed too). The bound is the relaxation's (recomputation per operator: a superset)."""
     gpus = where.gpus_per_node
-    fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None, priced=priced)
+    fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None, pairs=pairs)
     if fastest is None or strategy_memory(costing, fastest) <= limit:
         return (costing, *found)
     again = price(graph, where.devices, where.machine, recompute=True)
@@ -270,8 +270,8 @@ def _torch_recompute(
     if not chain:
         return (costing, *found)
     say(f"the fastest strategy DTensor runs needs more than {limit / 1e9:g} GB: recomputation offered per block")
-    priced = again.problem.forbid(handed_on(again))
-    relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None, as_run=False, priced=priced)
+    pairs = handed_on(again)
+    relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None, as_run=False, pairs=pairs)
     if relaxed is None:
         return (costing, *found)
     recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
@@ -284,7 +284,7 @@ def _torch_recompute(
         mask = allowed(again, on, chain, selective=selective)
         extra = reissue_costs(again, on, chain) if selective else None
         assignment, _, _ = _torch_search(
-            again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True, surcharge=extra, priced=priced
+            again, gpus, limit, time_limit, lambda _m: None, mask, loosen=True, surcharge=extra, pairs=pairs
         )
         what = f"{k} of {total} blocks recomputing{'' if selective else ' whole'}"
         if assignment is None:
@@ -311,7 +311,7 @@ def _torch_search(
     loosen: bool = False,
     surcharge: list[np.ndarray] | None = None,
     as_run: bool = True,
-    priced: Any = None,
+    pairs: dict[int, np.ndarray] | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
@@ -320,9 +320,9 @@ def _torch_search(
     communication a selectively checkpointed block issues again); the bound is the least of the
     meshes' bounds. A mesh's answer in which PyTorch would run an operator whole that it splits
     (:func:`~stratopt.planning.torchplan.as_run`) is searched again with those splits forbidden, up
-    to ``AS_RUN_ROUNDS`` times (``as_run=False``: not, for a relaxation); ``priced``: the costing's
-    problem with the pairs DTensor does not run as priced forbidden
-    (:func:`~stratopt.planning.torchplan.handed_on`), where the caller has it.
+    to ``AS_RUN_ROUNDS`` times (``as_run=False``: not, for a relaxation); ``pairs``: the costing's
+    :func:`~stratopt.planning.torchplan.handed_on`, where the caller has it (the pairs of
+    configurations DTensor runs as priced: the DP keeps to them, and so do the mixes).
 
     Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched
     best bound first, and one whose bound is no better than the best objective found is not searched
@@ -332,18 +332,24 @@ def _torch_search(
     def lift(runnable: list[np.ndarray]) -> dict[str, Any]:
         """With blocks checkpointed by ``mask`` and ``loosen``: the mixes may give whole blocks their
         outputs back (the companion), priced without the mask (the mesh's ``runnable`` costs), and
-        must still checkpoint whole blocks."""
+        must still checkpoint whole blocks; every mix keeps to the pairs DTensor runs as priced."""
         if mask is None or not loosen or not costing.recomputed:
-            return {}
+            return {"valid": kept_to}
         return {
             "companion": partial(keeping, costing),
-            "judge": runs_as_priced.replace(node_costs=runnable),
-            "valid": lambda a: not isinstance(checkpointed(costing, a), str),
+            "judge": costing.problem.replace(node_costs=runnable),
+            "valid": lambda a: kept_to(a) and not isinstance(checkpointed(costing, a), str),
             "together": [b.inner for b in blocks(costing.graph)],
         }
 
-    runs_as_priced = costing.problem.forbid(handed_on(costing)) if priced is None else priced
-    twins = Twins(runs_as_priced, costing.configs)  # every mesh's costs differ at the nodes only
+    pairs = handed_on(costing) if pairs is None else pairs
+    ends = np.asarray([costing.edges[e][:2] for e in pairs], dtype=np.int64).reshape(-1, 2)
+    tables = list(pairs.values())
+
+    def kept_to(a: tuple[int, ...]) -> bool:
+        return all(ok[a[u], a[w]] for ok, (u, w) in zip(tables, ends.tolist(), strict=True))
+
+    twins = Twins(costing.problem, costing.configs, pairs)  # every mesh's costs differ at the nodes only
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
         runnable = costs = restricted_costs(costing, dp, tp)
@@ -355,7 +361,7 @@ def _torch_search(
         if costs is None:
             say(f"mesh {dp} x {tp}: some operator has no DTensor form")
             continue
-        problem = runs_as_priced.replace(node_costs=costs)
+        problem = costing.problem.replace(node_costs=costs)
         fastest = twins.solve(costs, time_limit)
         if fastest is not None and runnable is not None:
             runs.append((fastest[1], dp, tp, problem, costs, fastest, runnable))
@@ -385,7 +391,7 @@ def _torch_search(
                 break
             say(f"mesh {dp} x {tp}: operators PyTorch would run whole where the plan splits them: again without")
             costs, runnable = again
-            problem = runs_as_priced.replace(node_costs=costs)
+            problem = costing.problem.replace(node_costs=costs)
             fastest = twins.solve(costs, time_limit)
             found = None
         if bound is not None:

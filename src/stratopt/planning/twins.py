@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.problem import StrategyProblem
+from stratopt.problem import FORBIDDEN, StrategyProblem
 from stratopt.solvers import solve
 
 __all__ = ["Twins"]
@@ -28,9 +28,13 @@ __all__ = ["Twins"]
 
 class Twins:
     """``problem``'s choices grouped by their configuration row (``configs[v][c]``): the smaller
-    problem with one choice per split, and the map back."""
+    problem with one choice per split, and the map back. ``forbid``: per edge, a boolean matrix of
+    the pairs of choices allowed (the same for twins), the rest forbidden in the smaller problem
+    (:meth:`~stratopt.problem.StrategyProblem.forbid` without copying the full tables)."""
 
-    def __init__(self, problem: StrategyProblem, configs: Sequence[Any]) -> None:
+    def __init__(
+        self, problem: StrategyProblem, configs: Sequence[Any], forbid: dict[int, np.ndarray] | None = None
+    ) -> None:
         self.members: list[np.ndarray] = []  # per vertex: splits x twins, choice indices (-1: none)
         first = []
         for rows in configs:
@@ -46,10 +50,13 @@ class Twins:
             first.append(np.asarray(lead, dtype=np.int64))
         self.shrinks = any(len(f) < len(rows) for f, rows in zip(first, configs, strict=True))
         if not self.shrinks:
-            self.reduced = problem
+            self.reduced = problem if not forbid else problem.forbid(forbid)
             return
         edges = problem.edges.tolist()
         tables = [problem.edge_cost(e)[np.ix_(first[u], first[v])] for e, (u, v) in enumerate(edges)]
+        for e, ok in (forbid or {}).items():
+            u, v = edges[e]
+            tables[e] = np.where(np.asarray(ok)[np.ix_(first[u], first[v])], tables[e], float(FORBIDDEN))
         self.reduced = StrategyProblem([np.zeros(len(f)) for f in first], edges, tables, name=problem.name)
 
     def solve(self, node_costs: Sequence[np.ndarray], time_limit: float | None) -> tuple[tuple[int, ...], float] | None:
