@@ -356,3 +356,19 @@ def test_a_graph_without_blocks_keeps_recomputation_per_operator() -> None:
         x = b.fc(x, 32, name=f"fc{i}")
     costing = build(b.build(), 4, profile="default", machine="h100", recompute=True)
     assert confined(costing) is costing
+
+
+def test_a_decoder_shape_is_confined_by_its_layer_names() -> None:
+    """A decoder shape (``gpt:``) names its layers but not its parameters: its blocks count for the
+    plan on paper all the same, its residual stream between layers kept."""
+    from stratopt.instances import load_instance
+    from stratopt.planning.cluster import cluster, price
+
+    graph = load_instance("gpt:layers=2,d_model=256,heads=4,vocab=1000,seq=64,batch=4")
+    assert not blocks(graph) and len(blocks(graph, owned=False)) == 2
+    where = cluster(1, 4, "h100")
+    costing = price(graph, where.devices, where.machine, recompute=True)
+    inner = {v for b in blocks(graph, owned=False) for v in b.inner}
+    for v, node in enumerate(costing.node_costs()):
+        again = np.asarray(costing.recomputed[v], dtype=bool)
+        assert np.all(node[again] < FORBIDDEN) == (v in inner), graph.operators[v].name

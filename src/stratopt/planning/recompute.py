@@ -83,9 +83,10 @@ def block_of(name: str) -> str | None:
     return None
 
 
-def blocks(graph: Graph) -> list[Block]:
+def blocks(graph: Graph, *, owned: bool = True) -> list[Block]:
     """The graph's blocks in the order their first operator runs: those of which some operator holds
-    weights of the block's own (the module exists in the model) and some operator is inner."""
+    weights of the block's own (the module exists in the model; ``owned=False``: named so is
+    enough, as a decoder shape's layers are) and some operator is inner."""
     members: dict[str, list[int]] = {}
     for v, op in enumerate(graph.operators):
         scope = op.attrs.get("scope")  # the module that ran it, where the importer's names do not say
@@ -97,7 +98,9 @@ def blocks(graph: Graph) -> list[Block]:
         readers.setdefault(u, set()).add(w)
     found = []
     for name, ops in members.items():
-        own = any(str(p).startswith(name + ".") for v in ops for p in graph.operators[v].attrs.get("params") or ())
+        own = not owned or any(
+            str(p).startswith(name + ".") for v in ops for p in graph.operators[v].attrs.get("params") or ()
+        )
         inside = set(ops)
         inner = tuple(v for v in ops if readers.get(v) and readers[v] <= inside)
         if own and inner:
@@ -147,8 +150,9 @@ def confined(costing: Any) -> Any:
     recomputation back through every block before it: rebuilt in one pass, all of the chain is held
     at once in the backward pass (the memory its recomputation claims to save), or it is rebuilt
     once per block (quadratic time); the per-operator prices count neither. So a plan keeps what
-    leaves a block, on paper as PyTorch does; a graph without blocks keeps the per-operator choice."""
-    found = blocks(costing.graph)
+    leaves a block, on paper as PyTorch does; a graph without blocks (named ``layers.N`` and the like:
+    a decoder shape's layers count) keeps the per-operator choice."""
+    found = blocks(costing.graph, owned=False)
     if not found or not costing.recomputed:
         return costing
     inner = {v for b in found for v in b.inner}
