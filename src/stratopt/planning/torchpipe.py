@@ -9,8 +9,9 @@ a subset of those :mod:`~stratopt.planning.pipeline` searches:
 - a stage boundary lies where a block begins, and one tensor (the residual stream) crosses it;
 - every stage has ``devices / stages`` devices laid out as the same ``dp x tp`` mesh (a
   ``pp x dp x tp`` device mesh), and its operators take only configurations DTensor runs there
-  (:func:`~stratopt.planning.torchplan.restricted_costs`), recomputation only as whole blocks
-  checkpointed (:func:`~stratopt.planning.recompute.allowed`).
+  (:func:`~stratopt.planning.torchplan.restricted_costs`; on each edge, only pairs that run as
+  priced when a stage is fitted: :func:`~stratopt.planning.torchplan.handed_on`), recomputation
+  only as whole blocks checkpointed (:func:`~stratopt.planning.recompute.allowed`).
 
 For every mesh, and with and without every block checkpointed (``recompute``: ``auto`` tries both,
 ``full`` and ``none`` one each), the stage times of every run of blocks come from the unit tables
