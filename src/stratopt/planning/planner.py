@@ -125,8 +125,10 @@ def plan(
         pairs = handed_on(costing)  # the pairs of configurations DTensor runs as priced
         assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say, pairs=pairs)
         if recompute == "auto":
+            held = [costing, pairs]  # let go of inside: at 128 devices the tables are gigabytes
+            del pairs
             costing, assignment, status, bound = _torch_recompute(
-                costing, graph, where, (assignment, status, bound), limit, time_limit, say, pairs
+                held, graph, where, (assignment, status, bound), limit, time_limit, say
             )
     else:
         assignment, status, bound = solve_under_memory(costing, limit, time_limit, say)
@@ -245,14 +247,13 @@ def _full_recompute(
 
 
 def _torch_recompute(
-    costing: Any,
+    held: list[Any],
     graph: Graph,
     where: Any,
     found: tuple[tuple[int, ...] | None, str, float | None],
     limit: float,
     time_limit: float | None,
     say: Callable[[str], None],
-    pairs: dict[int, np.ndarray] | None = None,
 ) -> tuple[Any, tuple[int, ...] | None, str, float | None]:
     """``recompute="auto"`` for a plan that runs: where the fastest strategy DTensor runs does not fit,
     the search again with the first ``k`` blocks checkpointed selectively (each module's product
@@ -260,20 +261,23 @@ def _torch_recompute(
     (how many blocks the per-operator relaxation recomputes in, half way from there to all, all),
     each answer then giving as many blocks their outputs back as the memory left holds; the
     cheapest that fits wins, every block recomputed whole among them (the fused attention
-    recomputed too). The bound is the relaxation's (recomputation per operator: a superset)."""
+    recomputed too). The bound is the relaxation's (recomputation per operator: a superset).
+    ``held``: the costing without recomputation and its :func:`~stratopt.planning.torchplan.handed_on`,
+    emptied here once the costing with recomputation is priced (the plan's assignment, if any, is
+    the same in its first half of the configurations)."""
     gpus = where.gpus_per_node
+    costing, pairs = held.pop(0), held.pop(0)
     fastest, _, _ = _torch_search(costing, gpus, math.inf, time_limit, lambda _m: None, pairs=pairs)
-    if fastest is None or strategy_memory(costing, fastest) <= limit:
-        return (costing, *found)
-    again = price(graph, where.devices, where.machine, recompute=True)
     chain = blocks(graph)
-    if not chain:
+    if fastest is None or strategy_memory(costing, fastest) <= limit or not chain:
         return (costing, *found)
+    del costing, pairs, fastest
+    again = price(graph, where.devices, where.machine, recompute=True)
     say(f"the fastest strategy DTensor runs needs more than {limit / 1e9:g} GB: recomputation offered per block")
     pairs = handed_on(again)
     relaxed, _, bound = _torch_search(again, gpus, limit, time_limit, lambda _m: None, as_run=False, pairs=pairs)
     if relaxed is None:
-        return (costing, *found)
+        return (again, *found)
     recomputing = {b.module for b in chain for v in b.inner if again.is_recomputed(v, relaxed[v])}
     k0, total = len(recomputing), len(chain)
     best = found[0]
