@@ -126,7 +126,7 @@ def plan(
         assignment, status, bound = _torch_search(costing, gpus_per_node, limit, time_limit, say, pairs=pairs)
         if recompute == "auto":
             held = [costing, pairs]  # let go of inside: at 128 devices the tables are gigabytes
-            del pairs
+            del costing, pairs
             costing, assignment, status, bound = _torch_recompute(
                 held, graph, where, (assignment, status, bound), limit, time_limit, say
             )
