@@ -293,8 +293,8 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
         names = [op.name for op in costing.graph.operators]
         return [
             f"{names[edges[e][0]]} -> {names[edges[e][1]]}"
-            for e, ok in pairs.items()
-            if not ok[a[edges[e][0]], a[edges[e][1]]]
+            for e in pairs.allowed
+            if not pairs.full(e)[a[edges[e][0]], a[edges[e][1]]]
         ]
 
     heads = split_heads(result, 2)
@@ -305,6 +305,7 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
         if op.name == "layers.0.self_attn.q_proj":
             a[v] = costing.problem.labels[v].index(f"{op.attrs['k'][0]}2")
     assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
-    forbidding = costing.problem.forbid(pairs)
+    assert pairs.permits(heads) and not pairs.permits(tuple(a))
+    forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
     assert not evaluate(forbidding, tuple(a)).feasible

@@ -53,16 +53,23 @@ def test_the_smaller_problem_gives_the_full_optimum(costing, memory_price: float
 def test_forbidden_pairs_are_forbidden_in_the_smaller_problem(costing) -> None:
     """``forbid``: pairs of splits ruled out on some edges (the same for twins) give the optimum of
     the full problem with those pairs forbidden, without copying its tables."""
+    from stratopt.planning.torchplan import Pairs
+
     rng = np.random.default_rng(3)
-    pairs = {}
-    for e, (u, v) in enumerate(costing.problem.edges.tolist()[::3]):
-        rows = np.unique(np.asarray(costing.configs[u]), axis=0, return_inverse=True)[1].reshape(-1)
-        cols = np.unique(np.asarray(costing.configs[v]), axis=0, return_inverse=True)[1].reshape(-1)
-        keep = rng.random((rows.max() + 1, cols.max() + 1)) < 0.7
-        keep[0, :] = keep[:, 0] = True  # some pair always left
-        pairs[3 * e] = keep[np.ix_(rows, cols)]
+    rows = tuple(
+        np.unique(np.asarray(c).reshape(len(c), -1), axis=0, return_inverse=True)[1].reshape(-1)
+        for c in costing.configs
+    )
+    allowed, ends = {}, {}
+    for e, (u, v) in enumerate(costing.problem.edges.tolist()):
+        if e % 3 == 0:
+            keep = rng.random((rows[u].max() + 1, rows[v].max() + 1)) < 0.7
+            keep[0, :] = keep[:, 0] = True  # some pair always left
+            allowed[e], ends[e] = keep, (u, v)
+    pairs = Pairs(rows, allowed, ends)
     found = Twins(costing.problem, costing.configs, pairs).solve(costing.node_costs(), None)
-    full = exact_dp(costing.problem.forbid(pairs), None)
-    assert found is not None and full is not None
-    assert found[1] == pytest.approx(full[1], rel=1e-9)
-    assert evaluate(costing.problem.forbid(pairs), found[0]).feasible
+    full = costing.problem.forbid({e: pairs.full(e) for e in allowed})
+    best = exact_dp(full, None)
+    assert found is not None and best is not None
+    assert found[1] == pytest.approx(best[1], rel=1e-9)
+    assert evaluate(full, found[0]).feasible and pairs.permits(found[0])

@@ -59,6 +59,7 @@ from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, ke
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import (
     AS_RUN_ROUNDS,
+    Pairs,
     as_run,
     find_mesh,
     handed_on,
@@ -315,7 +316,7 @@ def _torch_search(
     loosen: bool = False,
     surcharge: list[np.ndarray] | None = None,
     as_run: bool = True,
-    pairs: dict[int, np.ndarray] | None = None,
+    pairs: Pairs | None = None,
 ) -> tuple[tuple[int, ...] | None, str, float | None]:
     """The fastest strategy that fits among those DTensor runs, over every ``dp x tp`` mesh (each
     solved as :func:`solve_under_memory` solves the whole space; ``mask``: per operator, the
@@ -347,11 +348,7 @@ def _torch_search(
         }
 
     pairs = handed_on(costing) if pairs is None else pairs
-    ends = np.asarray([costing.edges[e][:2] for e in pairs], dtype=np.int64).reshape(-1, 2)
-    tables = list(pairs.values())
-
-    def kept_to(a: tuple[int, ...]) -> bool:
-        return all(ok[a[u], a[w]] for ok, (u, w) in zip(tables, ends.tolist(), strict=True))
+    kept_to = pairs.permits
 
     twins = Twins(costing.problem, costing.configs, pairs)  # every mesh's costs differ at the nodes only
     runs = []

@@ -465,7 +465,8 @@ def _fit(
         np.where(x, np.asarray(n, dtype=np.float64), float(FORBIDDEN))
         for n, x in zip(costing.node_costs(), mask, strict=True)
     ]
-    runs_as_priced = costing.problem.forbid(handed_on(costing))
+    pairs = handed_on(costing)
+    runs_as_priced = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     for _ in range(AS_RUN_ROUNDS):  # until every operator runs as the stage's strategy splits it
         if assignment is None or used(assignment) > limit:
             problem = runs_as_priced.replace(node_costs=costs)

@@ -28,13 +28,11 @@ __all__ = ["Twins"]
 
 class Twins:
     """``problem``'s choices grouped by their configuration row (``configs[v][c]``): the smaller
-    problem with one choice per split, and the map back. ``forbid``: per edge, a boolean matrix of
-    the pairs of choices allowed (the same for twins), the rest forbidden in the smaller problem
-    (:meth:`~stratopt.problem.StrategyProblem.forbid` without copying the full tables)."""
+    problem with one choice per split, and the map back. ``forbid``: the pairs of splits allowed on
+    some edges (:class:`~stratopt.planning.torchplan.Pairs`, over the distinct configuration rows),
+    the rest forbidden in the smaller problem (without a copy of the full tables)."""
 
-    def __init__(
-        self, problem: StrategyProblem, configs: Sequence[Any], forbid: dict[int, np.ndarray] | None = None
-    ) -> None:
+    def __init__(self, problem: StrategyProblem, configs: Sequence[Any], forbid: Any = None) -> None:
         self.members: list[np.ndarray] = []  # per vertex: splits x twins, choice indices (-1: none)
         first = []
         for rows in configs:
@@ -50,13 +48,12 @@ class Twins:
             first.append(np.asarray(lead, dtype=np.int64))
         self.shrinks = any(len(f) < len(rows) for f, rows in zip(first, configs, strict=True))
         if not self.shrinks:
-            self.reduced = problem if not forbid else problem.forbid(forbid)
+            self.reduced = problem if forbid is None else problem.forbid({e: forbid.full(e) for e in forbid.allowed})
             return
         edges = problem.edges.tolist()
         tables = [problem.edge_cost(e)[np.ix_(first[u], first[v])] for e, (u, v) in enumerate(edges)]
-        for e, ok in (forbid or {}).items():
-            u, v = edges[e]
-            tables[e] = np.where(np.asarray(ok)[np.ix_(first[u], first[v])], tables[e], float(FORBIDDEN))
+        for e, ok in ({} if forbid is None else forbid.allowed).items():  # rows in the same (numpy.unique) order
+            tables[e] = np.where(ok, tables[e], float(FORBIDDEN))
         self.reduced = StrategyProblem([np.zeros(len(f)) for f in first], edges, tables, name=problem.name)
 
     def solve(self, node_costs: Sequence[np.ndarray], time_limit: float | None) -> tuple[tuple[int, ...], float] | None:
