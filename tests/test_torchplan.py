@@ -281,7 +281,7 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     the MLP product reading the whole gate beside the split up projection."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
-    from stratopt.planning.torchplan import handed_on
+    from stratopt.planning.pairs import handed_on
     from stratopt.problem import evaluate
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")

@@ -53,7 +53,7 @@ def test_the_smaller_problem_gives_the_full_optimum(costing, memory_price: float
 def test_forbidden_pairs_are_forbidden_in_the_smaller_problem(costing) -> None:
     """``forbid``: pairs of splits ruled out on some edges (the same for twins) give the optimum of
     the full problem with those pairs forbidden, without copying its tables."""
-    from stratopt.planning.torchplan import Pairs
+    from stratopt.planning.pairs import Pairs
 
     rng = np.random.default_rng(3)
     rows = tuple(

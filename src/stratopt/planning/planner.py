@@ -55,14 +55,13 @@ from stratopt.machine import Machine
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
+from stratopt.planning.pairs import Pairs, handed_on
 from stratopt.planning.recompute import MODES, allowed, blocks, checkpointed, keeping, reissue_costs, reissued
 from stratopt.planning.result import PlanResult, Strategy
 from stratopt.planning.torchplan import (
     AS_RUN_ROUNDS,
-    Pairs,
     as_run,
     find_mesh,
-    handed_on,
     mesh_shapes,
     restricted_costs,
     unpriced_gathers,
@@ -263,7 +262,7 @@ def _torch_recompute(
     each answer then giving as many blocks their outputs back as the memory left holds; the
     cheapest that fits wins, every block recomputed whole among them (the fused attention
     recomputed too). The bound is the relaxation's (recomputation per operator: a superset).
-    ``held``: the costing without recomputation and its :func:`~stratopt.planning.torchplan.handed_on`,
+    ``held``: the costing without recomputation and its :func:`~stratopt.planning.pairs.handed_on`,
     emptied here once the costing with recomputation is priced (the plan's assignment, if any, is
     the same in its first half of the configurations)."""
     gpus = where.gpus_per_node
@@ -326,7 +325,7 @@ def _torch_search(
     meshes' bounds. A mesh's answer in which PyTorch would run an operator whole that it splits
     (:func:`~stratopt.planning.torchplan.as_run`) is searched again with those splits forbidden, up
     to ``AS_RUN_ROUNDS`` times (``as_run=False``: not, for a relaxation); ``pairs``: the costing's
-    :func:`~stratopt.planning.torchplan.handed_on`, where the caller has it (the pairs of
+    :func:`~stratopt.planning.pairs.handed_on`, where the caller has it (the pairs of
     configurations DTensor runs as priced: the DP keeps to them, and so do the mixes).
 
     Each mesh's unconstrained optimum (one DP) bounds what the mesh can do, so the meshes are searched

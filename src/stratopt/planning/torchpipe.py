@@ -10,7 +10,7 @@ a subset of those :mod:`~stratopt.planning.pipeline` searches:
 - every stage has ``devices / stages`` devices laid out as the same ``dp x tp`` mesh (a
   ``pp x dp x tp`` device mesh), and its operators take only configurations DTensor runs there
   (:func:`~stratopt.planning.torchplan.restricted_costs`; on each edge, only pairs that run as
-  priced when a stage is fitted: :func:`~stratopt.planning.torchplan.handed_on`), recomputation
+  priced when a stage is fitted: :func:`~stratopt.planning.pairs.handed_on`), recomputation
   only as whole blocks checkpointed (:func:`~stratopt.planning.recompute.allowed`).
 
 For every mesh, and with and without every block checkpointed (``recompute``: ``auto`` tries both,
@@ -43,6 +43,7 @@ from stratopt.planning.cluster import Cluster, cluster, price
 from stratopt.planning.export import operator_splits
 from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
+from stratopt.planning.pairs import handed_on
 from stratopt.planning.recompute import allowed, blocks, checkpointed, kept
 from stratopt.planning.simulation import _stage_memory, describe, simulate
 from stratopt.planning.stages import (
@@ -56,7 +57,6 @@ from stratopt.planning.stages import (
 )
 from stratopt.planning.torchplan import (
     AS_RUN_ROUNDS,
-    handed_on,
     mesh_shapes,
     module_placements,
     restricted_costs,

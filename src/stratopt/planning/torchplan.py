@@ -26,7 +26,7 @@ plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing
 (a rotary table broadcast over the heads is read whole); otherwise the column-parallel module
 gathers its output. The operators without weights run on what their modules
 hand them: the search keeps to the pairs of configurations on each edge that run as priced
-(:func:`handed_on`: a split made or read by an operator without weights must be made and read the
+(:func:`~stratopt.planning.pairs.handed_on`: a split made or read by an operator without weights must be made and read the
 same way), and :func:`as_run` says which operators a strategy would run whole anyway (a region
 gathered after all), which the runnable estimate prices as they run.
 
@@ -56,10 +56,8 @@ from stratopt.problem import FORBIDDEN
 __all__ = [
     "AS_RUN_ROUNDS",
     "ModulePlacement",
-    "Pairs",
     "as_run",
     "find_mesh",
-    "handed_on",
     "mesh_shapes",
     "module_placements",
     "restricted_costs",
@@ -144,78 +142,6 @@ def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
         if not any(ok):
             return None
         out.append(np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN)))
-    return out
-
-
-@dataclass(frozen=True)
-class Pairs:
-    """Per edge, which pairs of splits DTensor runs as the edge prices them (:func:`handed_on`):
-    ``allowed[e]`` over the distinct configuration rows of its two operators (twins, the same split
-    with its weights sharded or its outputs recomputed, share a row), ``rows[v]`` each configuration's
-    row (in ``numpy.unique`` order), ``ends[e]`` the edge's two operators."""
-
-    rows: tuple[np.ndarray, ...]
-    allowed: dict[int, np.ndarray]
-    ends: dict[int, tuple[int, int]]
-
-    def full(self, e: int) -> np.ndarray:
-        """Edge ``e``'s pairs over every configuration of its two operators."""
-        u, w = self.ends[e]
-        return self.allowed[e][np.ix_(self.rows[u], self.rows[w])]
-
-    def permits(self, assignment: Sequence[int]) -> bool:
-        """Whether ``assignment`` keeps to the allowed pairs on every edge."""
-        a, rows = assignment, self.rows
-        return all(ok[rows[u][a[u]], rows[w][a[w]]] for e, ok in self.allowed.items() for u, w in (self.ends[e],))
-
-
-def handed_on(costing: Any) -> Pairs:
-    """Per edge, which pairs of configurations DTensor runs as the edge prices them (only the edges
-    where some pair it does not; :meth:`Pairs.full` for
-    :meth:`~stratopt.problem.StrategyProblem.forbid`). Operators without weights run on the plain
-    tensors they are handed, so a tensor split beyond the batch where it is made and whole where it
-    is read needs a module to make it (DTensor gathers a column-parallel output), one whole where it
-    is made and split where it is read needs a module to read it (a row-parallel module takes its
-    slice), and one split on both sides must need no re-layout on the way. Computed over distinct
-    splits (at 128 devices with recomputation offered, masks over every configuration were
-    gigabytes)."""
-    batches, ops = batch_axes(costing.graph), costing.graph.operators
-    distinct, rows, lead = [], [], []
-    for table in costing.configs:
-        table = np.asarray(table)
-        found, first, inverse = np.unique(table.reshape(len(table), -1), axis=0, return_index=True, return_inverse=True)
-        distinct.append(found)
-        rows.append(np.asarray(inverse).reshape(-1))
-        lead.append(np.asarray(first, dtype=np.int64))
-    out, ends = {}, {}
-    for e, (u, w, i) in enumerate(costing.edges):
-        read = ops[w].inputs[i]
-        made = _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name])
-        taken = _beyond(ops[w], read.use, distinct[w], batches[ops[w].name])
-        if not made.any() and not taken.any():
-            continue
-        ok = np.ones((len(made), len(taken)), dtype=bool)
-        if not _holds(ops[u]):
-            ok &= ~(made[:, None] & ~taken[None, :])
-        if not _holds(ops[w]):
-            ok &= ~(~made[:, None] & taken[None, :])
-        both = made[:, None] & taken[None, :]
-        if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
-            ok &= ~both  # an embedding split over its width hands on its output gathered
-        elif both.any():
-            ok &= ~both | (np.asarray(costing.problem.edge_cost(e))[np.ix_(lead[u], lead[w])] == 0)
-        if not ok.all():
-            out[e], ends[e] = ok, (u, w)
-    return Pairs(tuple(rows), out, ends)
-
-
-def _beyond(op: Operator, use: Any, configs: np.ndarray, batch: Sequence[str]) -> np.ndarray:
-    """Per configuration of ``op``, whether it splits the tensor ``use`` over more than the batch."""
-    out = np.zeros(configs.shape[0], dtype=bool)
-    for group in use.dims:
-        for a in group:
-            if a not in batch:
-                out |= configs[:, op.axis_index(a)] > 1
     return out
 
 

@@ -29,7 +29,7 @@ __all__ = ["Twins"]
 class Twins:
     """``problem``'s choices grouped by their configuration row (``configs[v][c]``): the smaller
     problem with one choice per split, and the map back. ``forbid``: the pairs of splits allowed on
-    some edges (:class:`~stratopt.planning.torchplan.Pairs`, over the distinct configuration rows),
+    some edges (:class:`~stratopt.planning.pairs.Pairs`, over the distinct configuration rows),
     the rest forbidden in the smaller problem (without a copy of the full tables)."""
 
     def __init__(self, problem: StrategyProblem, configs: Sequence[Any], forbid: Any = None) -> None:
