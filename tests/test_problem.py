@@ -230,3 +230,19 @@ def test_new_node_costs_share_the_edge_tables():
     assert evaluate(q, (0, 1)).objective == 5 + 8 + 1
     with pytest.raises(ModelError, match="cost matrix is 2x2, expected 1x2"):
         p.replace(node_costs=[[1], [2, 3]])
+
+
+def test_edge_floats_shared_by_new_node_costs_and_remade_by_forbid():
+    """The DP's float tables are made once for problems that differ in node costs only; a problem
+    with pairs forbidden makes its own (never the stale tables), and a pickled copy none."""
+    import pickle
+
+    from stratopt.problem import FORBIDDEN
+
+    p = StrategyProblem([[1, 2], [3, 4]], [(0, 1)], [[[0, 5], [5, 0]]])
+    floats = p.edge_floats()
+    assert p.replace(node_costs=[[0, 0], [0, 0]]).edge_floats() is floats
+    q = p.forbid({0: np.array([[True, False], [True, True]])})
+    assert np.isinf(q.edge_floats()[1]) and np.isfinite(floats).all()
+    assert q.edge_cost(0)[0, 1] == FORBIDDEN
+    assert "_edge_floats" not in pickle.loads(pickle.dumps(q)).__dict__

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratopt import Limit, Result, Status, StrategyProblem, UnsupportedProblemError, load_problem, solve
+from stratopt.problem import FORBIDDEN
 from stratopt.solvers import dp as dp_module
 from stratopt.solvers import registry
 from stratopt.solvers.dp import ORDERINGS, plan
@@ -174,6 +175,20 @@ def test_pruned_choices_map_back_to_original_indices():
     result = solve(problem, "dp")
     assert result.stats["choices_pruned"] >= 2
     assert result.status is Status.OPTIMAL and result.assignment[0] == 1
+    assert_matches_brute(problem)
+
+
+def test_pruning_drops_forbidden_choices_beside_forbidden_pairs():
+    """A forbidden pair on an edge makes every worst case infinite; the forbidden choices (by their
+    node cost, or by every choice a neighbour has) still go before the elimination."""
+    F = FORBIDDEN
+    node = [[F, 2, 3, F], [1, F, 4], [0, 0]]
+    edges = [(0, 1), (1, 2)]
+    costs = [[[0, F, 1], [F, 0, 2], [0, 0, F], [0, 0, 0]], [[F, F], [0, 1], [1, F]]]
+    problem = StrategyProblem(node, edges, costs)
+    result = solve(problem, "dp")
+    # 0's choices 0 and 3, 1's choice 1 (forbidden), then 1's choice 0 (every pair with 2 forbidden)
+    assert result.stats["choices_pruned"] >= 4
     assert_matches_brute(problem)
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,11 +21,14 @@ class Pairs:
     """Per edge, which pairs of splits DTensor runs as the edge prices them (:func:`handed_on`):
     ``allowed[e]`` over the distinct configuration rows of its two operators (twins, the same split
     with its weights sharded or its outputs recomputed, share a row), ``rows[v]`` each configuration's
-    row (in ``numpy.unique`` order), ``ends[e]`` the edge's two operators."""
+    row (in ``numpy.unique`` order), ``ends[e]`` the edge's two operators; ``meshes``: per ``(dp,
+    tp)`` mesh, which configurations DTensor runs there at all, kept once found
+    (:func:`~stratopt.planning.torchplan.restricted_costs`: every search with these pairs asks)."""
 
     rows: tuple[np.ndarray, ...]
     allowed: dict[int, np.ndarray]
     ends: dict[int, tuple[int, int]]
+    meshes: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict)
 
     def full(self, e: int) -> np.ndarray:
         """Edge ``e``'s pairs over every configuration of its two operators."""

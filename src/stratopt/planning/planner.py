@@ -352,7 +352,7 @@ def _torch_search(
     twins = Twins(costing.problem, costing.configs, pairs)  # every mesh's costs differ at the nodes only
     runs = []
     for dp, tp in mesh_shapes(costing.policy.procs, gpus_per_node):
-        runnable = costs = restricted_costs(costing, dp, tp)
+        runnable = costs = restricted_costs(costing, dp, tp, pairs.meshes)
         if costs is not None and mask is not None:
             costs = _masked(costs, mask)
             costs = None if any(not np.any(c < FORBIDDEN) for c in costs) else costs

@@ -130,19 +130,29 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
     return "colwise" if split == ["n"] else None
 
 
-def restricted_costs(costing: Any, dp: int, tp: int) -> list[Any] | None:
+def restricted_costs(costing: Any, dp: int, tp: int, memo: dict[Any, Any] | None = None) -> list[Any] | None:
     """The node costs with every configuration DTensor cannot run on a ``dp x tp`` mesh forbidden
-    (None where some operator has none left)."""
+    (None where some operator has none left). ``memo``: the meshes' masks already found for this
+    costing (:attr:`~stratopt.planning.pairs.Pairs.meshes`), added to."""
     import numpy as np
 
-    batches, outputs = batch_axes(costing.graph), _read_whole(costing)
-    out = []
-    for v, node in enumerate(costing.node_costs()):
-        ok = [_runs(costing, v, c, batches, outputs, dp, tp) is not None for c in range(len(costing.configs[v]))]
-        if not any(ok):
-            return None
-        out.append(np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN)))
-    return out
+    masks = None if memo is None else memo.get((dp, tp))
+    if masks is None:
+        batches, outputs = batch_axes(costing.graph), _read_whole(costing)
+        masks = []
+        for v in range(len(costing.configs)):
+            # one look per distinct split (the weight-sharded and recomputing twins share a row)
+            _, lead, inverse = np.unique(np.asarray(costing.configs[v]), axis=0, return_index=True, return_inverse=True)
+            runs = np.array([_runs(costing, v, int(c), batches, outputs, dp, tp) is not None for c in lead])
+            masks.append(runs[np.asarray(inverse).reshape(-1)])
+        if memo is not None:
+            memo[(dp, tp)] = masks
+    if not all(ok.any() for ok in masks):
+        return None
+    return [
+        np.where(ok, np.asarray(node, dtype=np.float64), float(FORBIDDEN))
+        for ok, node in zip(masks, costing.node_costs(), strict=True)
+    ]
 
 
 def _config(costing: Any, v: int, c: int) -> dict[str, int]:

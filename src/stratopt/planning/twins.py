@@ -49,12 +49,14 @@ class Twins:
         self.shrinks = any(len(f) < len(rows) for f, rows in zip(first, configs, strict=True))
         if not self.shrinks:
             self.reduced = problem if forbid is None else problem.forbid({e: forbid.full(e) for e in forbid.allowed})
+            self.reduced.edge_floats()
             return
         edges = problem.edges.tolist()
         tables = [problem.edge_cost(e)[np.ix_(first[u], first[v])] for e, (u, v) in enumerate(edges)]
         for e, ok in ({} if forbid is None else forbid.allowed).items():  # rows in the same (numpy.unique) order
             tables[e] = np.where(ok, tables[e], float(FORBIDDEN))
         self.reduced = StrategyProblem([np.zeros(len(f)) for f in first], edges, tables, name=problem.name)
+        self.reduced.edge_floats()  # the DP's float tables, made once: every solve reprices the nodes only
 
     def solve(self, node_costs: Sequence[np.ndarray], time_limit: float | None) -> tuple[tuple[int, ...], float] | None:
         """The DP's optimum (assignment of the full problem, value) for ``node_costs``, or None where

@@ -565,10 +565,25 @@ class StrategyProblem:
             part[~np.asarray(ok, dtype=bool).ravel()] = FORBIDDEN
         return self._sharing(_edge_flat=_readonly(flat))
 
+    def edge_floats(self) -> np.ndarray:
+        """:attr:`edge_flat` as float64 with forbidden entries infinite (read-only): made once, and
+        shared by the problems that differ in their node costs only (a DP per memory price)."""
+        made = self.__dict__.get("_edge_floats")
+        if made is None:
+            flat = self._edge_flat
+            plain = flat.dtype == np.float64 and (flat.size == 0 or float(flat.max()) < FORBIDDEN)
+            made = flat if plain else _readonly(float_costs(flat))
+            object.__setattr__(self, "_edge_floats", made)
+        return made
+
+    def __getstate__(self) -> dict[str, Any]:  # a process the problem is sent to makes its own floats
+        return {k: v for k, v in self.__dict__.items() if k != "_edge_floats"}
+
     def _sharing(self, **arrays: np.ndarray) -> StrategyProblem:
         out = object.__new__(type(self))
         for attr, value in self.__dict__.items():
-            if attr.startswith("_") or attr == "name":  # the stored fields; cached properties are recomputed
+            stale = attr == "_edge_floats" and "_edge_flat" in arrays
+            if (attr.startswith("_") or attr == "name") and not stale:  # stored fields; cached properties recomputed
                 object.__setattr__(out, attr, value)
         for attr, value in arrays.items():
             object.__setattr__(out, attr, value)

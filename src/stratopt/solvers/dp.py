@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.errors import ModelError, UnsupportedProblemError
-from stratopt.problem import FORBIDDEN, StrategyProblem, evaluate, float_costs
+from stratopt.problem import StrategyProblem, evaluate, float_costs
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.orderings import CHUNK_ENTRIES, ORDERINGS, plan
 
@@ -82,7 +82,7 @@ class _Graph:
         node = float_costs(problem.node_flat)
         off = problem.node_offsets
         unary = [node[off[v] : off[v + 1]].copy() for v in range(n)]
-        edge = _floats(problem.edge_flat)
+        edge = problem.edge_floats()
         eoff = problem.edge_offsets
         pair: dict[tuple[int, int], np.ndarray] = {}
         adj: list[set[int]] = [set() for _ in range(n)]
@@ -180,9 +180,11 @@ class _Graph:
         """Drop choices that can never beat the best choice's worst case; returns how many.
 
         For choice c of v, ``lo[c]`` adds its node cost and, per edge, the row minimum (the best
-        any neighbour could do for it); ``hi[c]`` the row maxima. If ``lo[c]`` exceeds the
-        smallest ``hi``, that choice is at least as good as c whatever the neighbours choose, so
-        dropping c keeps an optimum (ties and float rounding keep c). Repeated until nothing
+        any neighbour could do for it); ``hi[c]`` the row maxima. A choice whose ``lo`` is
+        infinite (forbidden, or forbidden with every choice some neighbour has left) is in no
+        strategy. If ``lo[c]`` exceeds the smallest (finite) ``hi``, that choice is at least as
+        good as c whatever the neighbours choose, so dropping c keeps an optimum (ties and float
+        rounding keep c). Repeated until nothing
         changes (a pruned vertex requeues its neighbours, whose bounds tighten). Runs before any elimination, so
         recovery only maps kept indices back (``self.kept``). ``frozen`` vertices keep every choice.
         """
@@ -202,11 +204,13 @@ class _Graph:
                 m = self.matrix(v, w)
                 lo += m.min(axis=1)
                 hi += m.max(axis=1)
+            keep = np.isfinite(lo)  # a forbidden choice, or one every choice of a neighbour forbids
+            if not keep.any():
+                continue  # no strategy at all: the elimination says so
             best = int(np.argmin(hi))
-            if not math.isfinite(hi[best]):
-                continue
-            keep = lo - hi[best] <= 1e-9 * max(1.0, abs(float(hi[best])))
-            keep[best] = True
+            if math.isfinite(hi[best]):  # a worst case with a forbidden pair in it dominates nothing
+                keep &= lo - hi[best] <= 1e-9 * max(1.0, abs(float(hi[best])))
+                keep[best] = True
             if keep.all():
                 continue
             idx = np.flatnonzero(keep)
@@ -249,14 +253,6 @@ class _Graph:
             for w in nbrs:
                 if len(self.adj[w]) <= 2 or self.k[w] == 1:
                     heapq.heappush(queue, (self._work(w), w))
-
-
-def _floats(values: np.ndarray) -> np.ndarray:
-    """``values`` as float64 with forbidden entries infinite: the problem's own (read-only) array
-    where it is float64 already and forbids nothing (a large model's edge tables are gigabytes)."""
-    if values.dtype == np.float64 and (values.size == 0 or float(values.max()) < FORBIDDEN):
-        return values
-    return float_costs(values)
 
 
 def _digest(table: np.ndarray) -> bytes:
