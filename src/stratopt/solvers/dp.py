@@ -188,7 +188,7 @@ class _Graph:
         changes (a pruned vertex requeues its neighbours, whose bounds tighten). Runs before any elimination, so
         recovery only maps kept indices back (``self.kept``). ``frozen`` vertices keep every choice.
         """
-        dropped = 0
+        dropped = self._drop_forbidden(frozen)
         queue = list(range(len(self.k)))[::-1]
         queued = set(queue)
         visits = [0] * len(self.k)
@@ -225,6 +225,27 @@ class _Graph:
                 if w not in queued and visits[w] < _PRUNE_VISITS:
                     queue.append(w)
                     queued.add(w)
+        return dropped
+
+    def _drop_forbidden(self, frozen: set[int] | frozenset[int]) -> int:
+        """Drop every forbidden choice (infinite node cost) at once, each table cut once: a mesh's
+        restriction forbids most choices, and the bounds below read whole tables."""
+        keep = {}
+        for v, cost in enumerate(self.unary):
+            ok = np.isfinite(cost)
+            if v not in frozen and ok.any() and not ok.all():
+                keep[v] = np.flatnonzero(ok)
+        for (u, w), mat in list(self.pair.items()):
+            if u in keep or w in keep:
+                rows = keep.get(u, slice(None))
+                cols = keep.get(w, slice(None))
+                self.pair[(u, w)] = np.ascontiguousarray(mat[rows][:, cols])
+        dropped = 0
+        for v, idx in keep.items():
+            dropped += self.k[v] - idx.size
+            self.k[v] = int(idx.size)
+            self.unary[v] = self.unary[v][idx]
+            self.kept[v] = self.kept[v][idx]
         return dropped
 
     def _work(self, v: int) -> int:
