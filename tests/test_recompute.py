@@ -14,7 +14,7 @@ from stratopt.errors import ModelError
 from stratopt.graph import GraphBuilder
 from stratopt.planning import plan
 from stratopt.planning.export import ExportedPlan, load_plan, plan_from_dict
-from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed, confined, kept, savable
+from stratopt.planning.recompute import allowed, block_of, blocks, checkpointed, confined, kept, savable, tails
 from stratopt.planning.torchplan import find_mesh
 from stratopt.problem import FORBIDDEN
 
@@ -329,6 +329,11 @@ def test_the_check_reports_a_kept_product_run_again() -> None:
     assert [r["what"] for r in _product_rows(plan_, bad) if r["planned"] != r["counted"]] == ["layers.0.up"]
     kept_attention = dataclasses.replace(plan_, keep_attention=("layers.0",))
     assert [r["what"] for r in _product_rows(kept_attention, good) if r["planned"] != r["counted"]] == ["layers.0"]
+    # a block's last product: the re-run stops before it, so it runs none again
+    stops = dataclasses.replace(plan_, modules={"layers.0.down": {"tp": "replicate", "fsdp": False, "rerun": False}})
+    assert [r["what"] for r in _product_rows(stops, good) if r["planned"] != r["counted"]] == ["layers.0.down"]
+    ran = good | {"layers.0.down": {"forward": {"product": 1}, "recompute": {}}}
+    assert all(r["planned"] == r["counted"] for r in _product_rows(stops, ran))
 
 
 def test_a_plan_on_paper_keeps_what_leaves_a_block(llama_graph) -> None:
@@ -343,10 +348,49 @@ def test_a_plan_on_paper_keeps_what_leaves_a_block(llama_graph) -> None:
     again = {v for v, c in enumerate(a) if costing.is_recomputed(v, c)}
     assert again and again <= inner
     # every recomputing configuration outside the blocks is forbidden, every other one untouched
+    # (a block's last product recomputes as it keeps: the re-run stops before it)
     raw = build(llama_graph, 4, profile="default", machine="h100", cutoff=1, shard_weights=True, recompute=True)
+    tail = tails(llama_graph, blocks(llama_graph, owned=False))
+    assert tail
     for v, (mine, theirs) in enumerate(zip(costing.node_costs(), raw.node_costs(), strict=True)):
         shut = np.asarray(raw.recomputed[v], dtype=bool) & (v not in inner)
-        assert np.all(mine[shut] >= FORBIDDEN) and np.array_equal(mine[~shut], theirs[~shut])
+        assert np.all(mine[shut] >= FORBIDDEN)
+        if v in tail:
+            half = len(theirs) // 2
+            assert np.array_equal(mine, np.concatenate([theirs[:half], theirs[:half]]))
+        else:
+            assert np.array_equal(mine[~shut], theirs[~shut])
+
+
+def test_a_blocks_last_product_is_not_run_again() -> None:
+    """PyTorch's re-run of a checkpointed block stops once the last tensor it saved is rebuilt: the
+    last product (which saves its input before it computes) where only additions and reshapes follow
+    it. Its recomputing configurations cost what keeping does and hold less; an earlier product's
+    cost more. A block ending in a norm has no such tail."""
+    graph = _stack()
+    tail = tails(graph, blocks(graph))
+    assert sorted(graph.operators[v].name for v in tail) == [f"layers.{i}.down" for i in range(3)]
+    costing = confined(build(graph, 4, profile="default", machine="h100", recompute=True))
+    names = [op.name for op in graph.operators]
+    down, up = names.index("layers.1.down"), names.index("layers.1.up")
+    for v, free in ((down, True), (up, False)):
+        node, memory = costing.node_costs()[v], costing.vertex_costs[v].memory
+        half = len(node) // 2
+        assert np.array_equal(node[half:], node[:half]) is free
+        assert np.all(memory[half:] <= memory[:half]) and np.any(memory[half:] < memory[:half])
+    assert np.array_equal(costing.vertex_costs[down].compute[half:], costing.vertex_costs[down].compute[:half])
+
+    b = GraphBuilder("post-norm")
+    x = b.input((64, 32))
+    for i in range(2):
+        h = b.fc(b.fc(x, 64, name=f"layers.{i}.up"), 32, name=f"layers.{i}.down")
+        x = b.layernorm(b.elementwise(x, h, name=f"layers.{i}.add"), name=f"layers.{i}.norm")
+    b.fc(x, 10, name="head")
+    post = b.build()
+    for op in post.operators:
+        if any(i.param for i in op.inputs):
+            op.attrs["params"] = [f"{op.name}.weight"]
+    assert blocks(post) and not tails(post, blocks(post))
 
 
 def test_a_graph_without_blocks_keeps_recomputation_per_operator() -> None:

@@ -194,13 +194,18 @@ def test_every_plan_runs_as_priced(checked) -> None:
             again = [n for n, r in report.reruns.items() if r["planned"]]
             assert len(again) > len(exported.recompute) and report.checks["recomputation"], name
             assert all(r["counted"] == r["planned"] for r in report.reruns.values()), name
-            assert report.products and all(r["counted"] == r["planned"] > 0 for r in report.products), name
+            assert report.products and all(r["counted"] == r["planned"] for r in report.products), name
+            # every product runs again but each block's last one (the re-run stops before it)
+            stopped = {r["what"] for r in report.products if not r["planned"]}
+            assert stopped == {f"layers.{i}.mlp.down_proj" for i in (0, 1)}, (name, stopped)
+            assert all(not exported.modules[m].get("rerun", True) for m in stopped), name
             if name == "recompute-fsdp":
                 assert any(e["fsdp"] for e in exported.modules.values()), "60% of the memory shards some weights"
         elif name == "selective":  # what the plan keeps is not run again, and the rest is
             assert exported.recompute == ("layers.0", "layers.1") and exported.keep, name
             products = [r for r in report.products if r["kind"] == "product"]
-            assert {r["what"] for r in products if not r["planned"]} == set(exported.keep), name
+            tail = {m for m, e in exported.modules.items() if not e.get("rerun", True)}
+            assert {r["what"] for r in products if not r["planned"]} == set(exported.keep) | tail, name
             assert any(r["counted"] > 0 for r in products) or world == 4, "some products recompute"
             assert all(r["counted"] == r["planned"] for r in report.products) and report.checks["recomputation"]
         elif name == "mixed-mlp":

@@ -11,7 +11,8 @@ parameters and the collectives priced); where DTensor cannot run the plan, ``mes
 ``modules`` empty and ``why`` says which operator stops it. ``recompute`` lists the blocks (modules)
 checkpointed: each runs its forward again in the backward pass instead of keeping what it makes
 (:mod:`~stratopt.planning.recompute`); a module inside one has a ``"recompute"`` pass among its
-collectives. Where a block is checkpointed selectively, ``keep`` lists the modules inside checkpointed
+collectives (empty, and ``"rerun": false``, for a block's last product, before which the re-run
+stops). Where a block is checkpointed selectively, ``keep`` lists the modules inside checkpointed
 blocks whose products keep their outputs and ``keep_attention`` the blocks whose attention kernel
 does (both absent where every checkpointed block recomputes whole). ``strategy`` names it: ``plan``, or the baseline ``plan --export-all`` wrote. Versions 1
 (no mesh) and 2 (no recomputation) still load.
@@ -312,6 +313,8 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
         params = entry.get("params", [])
         if not (isinstance(params, list) and all(isinstance(x, str) for x in params)):
             raise ModelError(f"{where}: 'params' must be a list of parameter names, got {params!r}")
+        if not isinstance(entry.get("rerun", True), bool):
+            raise ModelError(f"{where}: 'rerun' must be true or false")
         held = entry.get("held_elements", 0.0)
         if isinstance(held, bool) or not isinstance(held, int | float) or not 0 <= held < math.inf:
             raise ModelError(f"{where}: 'held_elements' must be a non-negative number, got {held!r}")

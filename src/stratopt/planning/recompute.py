@@ -10,8 +10,9 @@ stage), found in the operators' names (the eager tracer names each operator afte
 runs it; torch.fx's operators carry it as ``attrs["scope"]``). Checkpointing block ``B`` frees every tensor made inside it that only ``B`` reads (its
 **inner** operators recompute) and keeps what leaves it (the block's output, the next block's kept
 input), so a strategy PyTorch runs recomputes exactly the inner operators of a set of blocks and no
-other. The forward of the operators whose outputs leave the block (one residual add) also runs
-again in PyTorch and is not priced: one elementwise pass per block.
+other. The re-run stops once every tensor the block saved is rebuilt (PyTorch's early stopping):
+the block's last product and what follows it (the residual add) are not run again, and their
+recomputation is priced as free (:func:`tails`).
 
 **Selective** checkpointing (``plan --recompute auto`` for a plan that runs) keeps some outputs of a
 checkpointed block: PyTorch's selective activation checkpointing saves the outputs of the operations
@@ -34,6 +35,7 @@ choices.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,7 @@ __all__ = [
     "reissue_costs",
     "reissued",
     "savable",
+    "tails",
 ]
 
 #: ``auto``: the search decides (per operator for the plan on paper, per block for one that runs);
@@ -155,12 +158,63 @@ def confined(costing: Any) -> Any:
     found = blocks(costing.graph, owned=False)
     if not found or not costing.recomputed:
         return costing
-    inner = {v for b in found for v in b.inner}
-    nodes = []
+    inner, tail = {v for b in found for v in b.inner}, tails(costing.graph, found)
+    nodes, vertex_costs = [], list(costing.vertex_costs)
     for v, node in enumerate(costing.node_costs()):
         again = np.asarray(costing.recomputed[v], dtype=bool)
+        if v in tail:  # never run again: recomputing it costs what keeping it does, and holds nothing
+            half = len(again) // 2  # the recomputing configurations are the second half (keeping)
+            node = np.concatenate([node[:half], node[:half]])
+            vertex_costs[v] = _as_kept(vertex_costs[v], half)
         nodes.append(node if v in inner else np.where(again, float(FORBIDDEN), node))
-    return dataclasses.replace(costing, problem=costing.problem.replace(node_costs=nodes))
+    problem = costing.problem.replace(node_costs=nodes)
+    return dataclasses.replace(costing, problem=problem, vertex_costs=tuple(vertex_costs))
+
+
+def _as_kept(costs: Any, half: int) -> Any:
+    """An operator's costs with each recomputing configuration (the second ``half``) timed as its
+    keeping twin: every time but the memory copied over."""
+    timed = {}
+    for f in dataclasses.fields(costs):
+        value = getattr(costs, f.name)
+        if f.name != "memory" and value is not None:
+            value = np.asarray(value)
+            timed[f.name] = np.concatenate([value[:half], value[:half]])
+    return dataclasses.replace(costs, **timed)
+
+
+def tails(graph: Graph, found: list[Block]) -> set[int]:
+    """The operators of the blocks ``found`` that a checkpointed block's re-run never reaches.
+
+    PyTorch's non-reentrant checkpointing ends a block's re-run once every tensor the block saved
+    for the backward pass is rebuilt (``early_stop``, its default), and a matrix product saves its
+    inputs before it computes. So a block's last product, where only reshapes and additions (which
+    save nothing) follow it inside the block, is not run again, and neither are they: Llama's
+    ``down_proj`` and its output's all-reduce, GPT-2's ``c_proj``; none in a block that ends in a
+    norm (BERT) or in a combination that saves its inputs (a mixture of experts). Recomputing
+    such an operator costs nothing and frees its outputs. (Dropout the importers read as a view: a
+    model trained with dropout after its last product re-runs that product.)"""
+    ops = graph.operators
+    out: set[int] = set()
+    for b in found:
+        inner, after = set(b.inner), list[int]()
+        for v in sorted(b.ops, reverse=True):
+            op = ops[v]
+            if savable(op) and not op.attrs.get("fused_attention"):
+                if v in inner:
+                    out.update([v, *(w for w in after if w in inner)])
+                break
+            if not _saves_nothing(op):
+                break
+            after.append(v)
+    return out
+
+
+def _saves_nothing(op: Operator) -> bool:
+    """Whether ``op``'s backward pass reads none of its tensors: a reshape, or an addition."""
+    if op.op == "reshape":
+        return True
+    return op.op == "elementwise" and re.fullmatch(r"(add|sub)(_\d+)?", op.name.rsplit(".", 1)[-1]) is not None
 
 
 def reissue_costs(costing: Any, on: Collection[str], found: list[Block] | None = None) -> list[np.ndarray]:
@@ -169,7 +223,7 @@ def reissue_costs(costing: Any, on: Collection[str], found: list[Block] | None =
     forward again around the saved product, its forward-path communication with it (see
     :func:`reissued`); zero elsewhere. The search adds it to the node costs."""
     found = blocks(costing.graph) if found is None else found
-    inner = {v for b in found if b.module in on for v in b.inner}
+    inner = {v for b in found if b.module in on for v in b.inner} - tails(costing.graph, found)
     out = []
     for v, rows in enumerate(costing.configs):
         vc, op = costing.vertex_costs[v], costing.graph.operators[v]
@@ -269,13 +323,14 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
     out: dict[int, list[int]] = {}
     for e, (u, _, _) in enumerate(costing.edges):
         out.setdefault(u, []).append(e)
-    total = 0.0
-    for b in blocks(costing.graph):
+    total, found = 0.0, blocks(costing.graph)
+    tail = tails(costing.graph, found)
+    for b in found:
         if b.module not in on:
             continue
         for v in b.inner:
             c, vc = assignment[v], costing.vertex_costs[v]
-            if not any(i.param for i in ops[v].inputs):
+            if not any(i.param for i in ops[v].inputs) or v in tail:  # the re-run stops before the tail
                 continue
             if not costing.is_recomputed(v, c) and vc.forward_comm is not None:
                 total += float(vc.forward_comm[c])

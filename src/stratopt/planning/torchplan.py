@@ -50,7 +50,7 @@ from stratopt.cost.common import output_bytes
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
-from stratopt.planning.recompute import block_of, checkpointed
+from stratopt.planning.recompute import block_of, blocks, checkpointed, tails
 from stratopt.problem import FORBIDDEN
 
 __all__ = [
@@ -83,11 +83,15 @@ class ModulePlacement:
     params: tuple[str, ...] = ()
     collectives: dict[str, dict[str, int]] = field(default_factory=dict)
     held: float = 0.0
+    #: Whether a checkpointed block's re-run runs the module's product again (False: the re-run
+    #: stops before it, :func:`~stratopt.planning.recompute.tails`).
+    rerun: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
-        parameters as a list and ``held`` as ``held_elements``."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("module", "held")}
+        parameters as a list and ``held`` as ``held_elements`` (``rerun`` only where it is false)."""
+        skip = ("module", "held") if not self.rerun else ("module", "held", "rerun")  # rerun: only where false
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
 
@@ -230,14 +234,14 @@ def module_placements(
     recomputing = checkpointed(costing, assignment)
     if isinstance(recomputing, str):
         raise ModelError(recomputing)
-    again = set(recomputing)
+    again, tail = set(recomputing), tails(costing.graph, blocks(costing.graph))
     out = []
     for v, op in enumerate(ops):
         if styles[v] != "free":
             p = _placement(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
-            p = _recomputing(p, bool(op.attrs.get("tied"))) if block_of(p.module) in again else p
+            p = _recomputing(p, bool(op.attrs.get("tied")), v not in tail) if block_of(p.module) in again else p
             out.append(_per_step(p, microbatches, dp > 1 and not p.fsdp and not op.attrs.get("tied")))
     merged: dict[str, ModulePlacement] = {}
     for p in out:
@@ -407,18 +411,22 @@ def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
         a, b = first.collectives.get(phase, {}), then.collectives.get(phase, {})
         phases[phase] = {k: max(a.get(k, 0), b.get(k, 0)) for k in dict.fromkeys([*a, *b])}
     params = tuple(dict.fromkeys([*first.params, *then.params]))
-    return dataclasses.replace(first, params=params, collectives=phases, held=first.held + then.held)
+    held, rerun = first.held + then.held, first.rerun or then.rerun
+    return dataclasses.replace(first, params=params, collectives=phases, held=held, rerun=rerun)
 
 
-def _recomputing(placement: ModulePlacement, tied: bool) -> ModulePlacement:
+def _recomputing(placement: ModulePlacement, tied: bool, rerun: bool) -> ModulePlacement:
     """A module inside a checkpointed block: its forward runs again in the backward pass, with the
     forward's collectives but for FSDP's weight gather (the weights gathered for the recomputation
     stay for the backward, which the plan prices with one gather either way; which of the two
-    passes issues it depends on the order the backward reaches the block's modules)."""
-    again = dict(placement.collectives.get("forward", {}))
-    if placement.fsdp and not tied:  # a tied weight's gathers are its owner's
+    passes issues it depends on the order the backward reaches the block's modules). Not
+    ``rerun``: the block's re-run stops as it enters the module (its last product,
+    :func:`~stratopt.planning.recompute.tails`), which issues nothing again."""
+    again = dict(placement.collectives.get("forward", {})) if rerun else {}
+    if placement.fsdp and not tied and rerun:  # a tied weight's gathers are its owner's
         again["all_gather"] -= 1
-    return dataclasses.replace(placement, collectives={**placement.collectives, "recompute": _nonzero(again)})
+    collectives = {**placement.collectives, "recompute": _nonzero(again)}
+    return dataclasses.replace(placement, collectives=collectives, rerun=rerun)
 
 
 def _per_step(placement: ModulePlacement, microbatches: int, synced: bool) -> ModulePlacement:

@@ -208,9 +208,10 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     split over its vocabulary ``RowwiseParallel``); modules with sharded weight state are
     ``fully_shard``-ed over ``dp``; every other module's gradients are all-reduced over ``dp``, one
     collective per module; the blocks the plan recomputes are checkpointed (PyTorch's composable
-    ``checkpoint``, which keeps every module's name; the whole forward runs again, ``early_stop`` off,
-    as the plan prices it). The plan must come from this model: a module it names that the model
-    lacks is a one-line :class:`ModelError`. Feed each rank :meth:`Parallelized.local_batch`.
+    ``checkpoint``, which keeps every module's name; the forward runs again up to the last tensor
+    it saved, ``early_stop``, as the plan prices it: a block's last product is not run again). The
+    plan must come from this model: a module it names that the model lacks is a one-line
+    :class:`ModelError`. Feed each rank :meth:`Parallelized.local_batch`.
     ``prefetch=False`` keeps each sharded module's gathers inside its own forward and backward (FSDP
     otherwise issues the next module's early), so that they are counted where the plan priced them.
     A block checkpointed selectively saves the products of the modules the plan keeps, and its
@@ -250,9 +251,9 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             keep = [m for m in exported.keep if m.startswith(name + ".")]
             if keep or name in exported.keep_attention:  # selective: the plan keeps some products
                 context = selective_context(name, modules[name], keep, name in exported.keep_attention)
-                checkpoint(modules[name], early_stop=False, context_fn=context)
+                checkpoint(modules[name], early_stop=True, context_fn=context)
             else:
-                checkpoint(modules[name], early_stop=False)
+                checkpoint(modules[name], early_stop=True)
         done.recomputed = list(exported.recompute)
     if dp > 1:
         from torch.distributed.fsdp import fully_shard

@@ -260,7 +260,8 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
 def _product_rows(plan: ExportedPlan, work: dict[str, dict[str, dict[str, int]]]) -> list[dict[str, Any]]:
     """In every checkpointed block, the matrix products each module ran again in the backward pass
     and the block's attention kernels run again, against the plan's: none where it keeps them
-    (selective checkpointing), as many as the forward pass ran otherwise."""
+    (selective checkpointing) or the re-run stops before them (a block's last product), as many as
+    the forward pass ran otherwise."""
 
     def inside(name: str, block: str) -> bool:
         return name == block or name.startswith(block + ".")
@@ -269,7 +270,8 @@ def _product_rows(plan: ExportedPlan, work: dict[str, dict[str, dict[str, int]]]
     for name, phases in sorted(work.items()):
         ran = phases.get("forward", {}).get("product", 0)
         if ran and any(inside(name, b) for b in plan.recompute):
-            planned = 0 if name in plan.keep else ran
+            stops = not plan.modules.get(name, {}).get("rerun", True)  # the re-run stops before it
+            planned = 0 if name in plan.keep or stops else ran
             again = phases.get("recompute", {}).get("product", 0)
             rows.append({"what": name, "kind": "product", "planned": planned, "counted": again})
     for block in plan.recompute:

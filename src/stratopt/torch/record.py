@@ -109,7 +109,8 @@ class CollectiveRecorder:
             # after DTensor's output re-layout (the module's own), before FSDP's hook on the same
             # output, whose gradient hook gathers the weights at the start of the module's backward
             self.handles.append(module.register_forward_hook(self._claim(name, torch)))
-            self.handles.append(module.register_forward_hook(self._leave(name)))
+            # also when the forward raises: a checkpointed block's re-run stops inside its last product
+            self.handles.append(module.register_forward_hook(self._leave(name), always_call=True))
             state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
             handle = getattr(state, "_post_forward_hook_handle", None)
             # modules sharded together (tied weights) share one state, whose handle holds one hook each
