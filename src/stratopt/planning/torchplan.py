@@ -90,7 +90,7 @@ class ModulePlacement:
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
         parameters as a list and ``held`` as ``held_elements`` (``rerun`` only where it is false)."""
-        skip = ("module", "held") if not self.rerun else ("module", "held", "rerun")  # rerun: only where false
+        skip = ("module", "held") if not self.rerun else ("module", "held", "rerun")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
@@ -138,8 +138,6 @@ def restricted_costs(costing: Any, dp: int, tp: int, memo: dict[Any, Any] | None
     """The node costs with every configuration DTensor cannot run on a ``dp x tp`` mesh forbidden
     (None where some operator has none left). ``memo``: the meshes' masks already found for this
     costing (:attr:`~stratopt.planning.pairs.Pairs.meshes`), added to."""
-    import numpy as np
-
     masks = None if memo is None else memo.get((dp, tp))
     if masks is None:
         batches, outputs = batch_axes(costing.graph), _read_whole(costing)

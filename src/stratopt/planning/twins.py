@@ -16,12 +16,15 @@ recomputation offered (up to 896 choices an operator, 448 splits) one solve took
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stratopt.problem import FORBIDDEN, StrategyProblem
 from stratopt.solvers import solve
+
+if TYPE_CHECKING:  # for the annotation only
+    from stratopt.planning.pairs import Pairs
 
 __all__ = ["Twins"]
 
@@ -32,7 +35,7 @@ class Twins:
     some edges (:class:`~stratopt.planning.pairs.Pairs`, over the distinct configuration rows),
     the rest forbidden in the smaller problem (without a copy of the full tables)."""
 
-    def __init__(self, problem: StrategyProblem, configs: Sequence[Any], forbid: Any = None) -> None:
+    def __init__(self, problem: StrategyProblem, configs: Sequence[Any], forbid: Pairs | None = None) -> None:
         self.members: list[np.ndarray] = []  # per vertex: splits x twins, choice indices (-1: none)
         first = []
         for rows in configs:

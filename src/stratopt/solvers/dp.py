@@ -184,9 +184,9 @@ class _Graph:
         infinite (forbidden, or forbidden with every choice some neighbour has left) is in no
         strategy. If ``lo[c]`` exceeds the smallest (finite) ``hi``, that choice is at least as
         good as c whatever the neighbours choose, so dropping c keeps an optimum (ties and float
-        rounding keep c). Repeated until nothing
-        changes (a pruned vertex requeues its neighbours, whose bounds tighten). Runs before any elimination, so
-        recovery only maps kept indices back (``self.kept``). ``frozen`` vertices keep every choice.
+        rounding keep c). Repeated until nothing changes (a pruned vertex requeues its neighbours,
+        whose bounds tighten). Runs before any elimination, so recovery only maps kept indices back
+        (``self.kept``). ``frozen`` vertices keep every choice.
         """
         dropped = self._drop_forbidden(frozen)
         queue = list(range(len(self.k)))[::-1]
