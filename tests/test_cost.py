@@ -264,3 +264,34 @@ def test_a_norms_weights_have_their_gradient_reduced():
             assert sync == pytest.approx(expected, rel=1e-9), config_label(c.graph.operators[0], cfg)
             checked += 1
     assert checked >= 2  # rows split 4 ways, and 2 ways with the features split 2
+
+
+def test_a_mixture_of_experts_split_over_its_experts_sums_the_tokens():
+    """Dispatch and combine split over the experts (each device runs its experts on every token):
+    combine all-reduces the tokens' partial sums (forward), dispatch the tokens' gradient (backward),
+    each a ring all-reduce of one device's token tile over the expert split; whole, neither pays.
+    The expert axis splits down to one expert per device (its whole units), others keep the cutoff."""
+    g = GraphBuilder("moe")
+    x = g.input((64, 32))
+    g.moe(x, 4, 2, 48, name="m")
+    graph = g.build()
+    costing = build(graph, 4, machine="h100")
+    profile = costing.profile
+    for v, op in enumerate(graph.operators):
+        rows = np.asarray(costing.configs[v])
+        if op.attrs.get("units"):
+            assert 4 in rows[:, op.axis_index("e")]  # 4 experts over 4 devices: one each
+        role = op.attrs.get("moe")
+        if role not in ("dispatch", "combine"):
+            continue
+        vc = costing.vertex_costs[v]
+        fwd, _, _ = vc.phases()
+        for c, row in enumerate(rows):
+            split = dict(zip(op.axes, row.tolist(), strict=True))
+            ways, tokens = split["e"], 64 * 32 / (split["c"] * split["h"])
+            expected = 0.0
+            if ways > 1:  # 2 (w - 1) / w of the tile each way, at the links' speed for w devices
+                nbytes = np.asarray(tokens * profile.dtype_bytes)
+                expected = float(profile.links.all_reduce(nbytes, np.asarray(ways))) * 1e6
+            assert vc.comm[c] == pytest.approx(expected, rel=1e-9, abs=1e-12), (op.name, split)
+            assert fwd[c] == pytest.approx(expected if role == "combine" else 0.0, abs=1e-12)

@@ -13,6 +13,7 @@ __all__ = [
     "GemmShape",
     "VertexCosts",
     "axes_product",
+    "expert_sums",
     "gemm_axes",
     "gemm_shape",
     "halo",
@@ -112,6 +113,21 @@ def axes_product(values: np.ndarray, op: Operator, axes: list[str]) -> np.ndarra
     for a in axes:
         out = out * values[:, op.axis_index(a)]
     return out
+
+
+def expert_sums(op: Operator, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(words, ways) of the token rows a mixture of experts' dispatch or combine
+    (``attrs["moe"]``, :meth:`~stratopt.graph.GraphBuilder.moe`) sums over its split experts, per
+    configuration: combine's output, whose parts each device's experts add (all-reduced forward),
+    and dispatch's input, whose gradient each device's experts add (all-reduced backward); each
+    device's tile of the tokens, and the split of the expert axis (1: nothing to sum)."""
+    role = op.attrs.get("moe")
+    ways = axes_product(configs, op, ["e"]) if role in ("dispatch", "combine") else np.ones(configs.shape[0])
+    if role not in ("dispatch", "combine"):
+        return np.zeros(configs.shape[0]), ways
+    use = op.outputs[0] if role == "combine" else op.inputs[0].use
+    words = use.size / np.prod(layout(op, use, configs), axis=1)
+    return np.where(ways > 1, words, 0.0), ways
 
 
 def span(op: Operator, configs: np.ndarray, axes: list[str]) -> np.ndarray:

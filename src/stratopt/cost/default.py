@@ -51,6 +51,7 @@ from stratopt.cost.common import (
     EdgePricing,
     VertexCosts,
     axes_product,
+    expert_sums,
     gemm_axes,
     gemm_shape,
     halo,
@@ -145,6 +146,8 @@ class DefaultProfile(EdgePricing):
         fwd = sync = ahead = None
         if op.op in ("gemm", "conv", "lstm"):
             fwd, sync = self._gemm_phases(op, cfg, comm)
+        elif op.attrs.get("moe") in ("dispatch", "combine"):  # combine's sum forward, dispatch's backward
+            fwd = comm if op.attrs["moe"] == "combine" else np.zeros_like(comm)
         elif op.op == "norm" and any(t.param for t in op.inputs):
             # a norm's own weights (scale, shift): their gradient reduced over the data-parallel
             # replicas as a product's is; its statistics' reductions half forward, half backward
@@ -253,8 +256,11 @@ class DefaultProfile(EdgePricing):
 
     def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         elems = per_device(op, cfg).prod(axis=1)
-        # Two inputs read, one output written, forward and backward, plus fused ops.
-        return self._stream(elems * (6.0 + 4.0 * op.pointwise)), np.zeros(cfg.shape[0])
+        # Two inputs read, one output written, forward and backward, plus fused ops; a mixture of
+        # experts' combine (dispatch) split over the experts all-reduces the tokens (their gradient).
+        stream = self._stream(elems * (6.0 + 4.0 * op.pointwise))
+        words, ways = expert_sums(op, cfg)
+        return stream, (self._ar(words, ways, span(op, cfg, ["e"])) if words.any() else np.zeros(cfg.shape[0]))
 
     def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         image = np.asarray(op.inputs[0].use.shape, dtype=np.float64)

@@ -17,6 +17,7 @@ from stratopt.cost.common import (
     EdgePricing,
     VertexCosts,
     axes_product,
+    expert_sums,
     gemm_shape,
     halo,
     lstm_relay,
@@ -71,6 +72,8 @@ class PaseProfile(EdgePricing):
             sync = g.bb * self.all_reduce(g.n * g.k, g.cm)
             if op.op == "lstm":  # the cell relay happens once forward and once backward
                 fwd = fwd + (comm - fwd - sync) / 2.0 - g.bb * self.all_reduce(g.m * g.k, g.cn) / 2.0
+        elif op.attrs.get("moe") in ("dispatch", "combine"):  # combine's sum forward, dispatch's backward
+            fwd = comm if op.attrs["moe"] == "combine" else np.zeros_like(comm)
         return VertexCosts(compute, comm, memory_bytes(op, configs, self.dtype_bytes, self.state_bytes), fwd, sync)
 
     def message(self, words: float, same_node: bool) -> float:
@@ -100,7 +103,8 @@ class PaseProfile(EdgePricing):
 
     def _elementwise(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         elems = per_device(op, cfg).prod(axis=1)
-        return (1.0 + op.pointwise) * elems, np.zeros(cfg.shape[0])
+        words, ways = expert_sums(op, cfg)  # a mixture of experts' sums over split experts
+        return (1.0 + op.pointwise) * elems, self.all_reduce(words, ways) if words.any() else np.zeros(cfg.shape[0])
 
     def _pool(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         compute = per_device(op, cfg).prod(axis=1)

@@ -2,7 +2,8 @@
 
 A configuration gives each domain axis a split count ``c_i``. The policy (:class:`ConfigPolicy`)
 is explicit and reported: split counts are divisors of the axis size (or powers of two only),
-each block keeps at least ``cutoff`` elements (an axis too small for any split stays whole),
+each block keeps at least ``cutoff`` elements (an axis too small for any split stays whole; an
+axis of whole units, ``attrs["units"]`` such as a mixture of experts' expert axis, one),
 locked axes never split, and ``prod(c) <= p`` (or ``== p`` with ``exact``). PaSE's policy is
 divisors, ``cutoff = 4``, ``<= p``.
 """
@@ -63,10 +64,11 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def _axis_options(size: int, policy: ConfigPolicy, locked: bool) -> list[int]:
+def _axis_options(size: int, policy: ConfigPolicy, locked: bool, cutoff: int | None = None) -> list[int]:
     if locked:
         return [1]
-    options = [c for c in divisors(size) if c <= policy.procs and size // c >= policy.cutoff]
+    least = policy.cutoff if cutoff is None else cutoff
+    options = [c for c in divisors(size) if c <= policy.procs and size // c >= least]
     if policy.powers_of_two:
         options = [c for c in options if c & (c - 1) == 0]
     # An axis too small for any split stays whole (PaSE does the same).
@@ -96,7 +98,11 @@ def configurations(op: Operator, policy: ConfigPolicy) -> np.ndarray:
     >>> configurations(g.build().operators[0], ConfigPolicy(procs=2)).tolist()
     [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
     """
-    options = [_axis_options(s, policy, a in op.locked) for a, s in zip(op.axes, op.sizes, strict=True)]
+    units = set(op.attrs.get("units", ()))  # axes of whole units (experts): one per block will do
+    options = [
+        _axis_options(s, policy, a in op.locked, 1 if a in units else None)
+        for a, s in zip(op.axes, op.sizes, strict=True)
+    ]
     rows: list[tuple[int, ...]] = []
     limit = policy.procs
 

@@ -256,7 +256,11 @@ class GraphBuilder(Builder):
         - combine: the slots back to the tokens, weighted by the router's ``gates``.
 
         Between a token-split dispatch and an expert-split product the slots change layout from c
-        to e: the all-to-all of expert parallelism, priced as any other re-layout.
+        to e: the all-to-all of expert parallelism, priced as any other re-layout. Where the tokens
+        are whole on the devices the experts split over (expert parallelism inside a
+        tensor-parallel group), dispatch and combine split over the experts too: each device runs
+        its experts on every token routed to them, combine all-reduces the tokens' partial sums and
+        dispatch the tokens' gradient (both marked ``attrs["moe"]``, which the cost model prices).
         """
         if len(x) != 2:
             raise ModelError(f"moe: expected a (tokens, hidden) input, got {list(x.shape)}")
@@ -269,15 +273,17 @@ class GraphBuilder(Builder):
             "dispatch",
             f"{base}.dispatch",
             "elementwise",
-            ["e", "c", "h"],
-            [experts, slots, hidden],
+            ["c", "e", "h"],
+            [slots, experts, hidden],
             [(x, [["c"], ["h"]])],
             [((experts, slots, hidden), [["e"], ["c"], ["h"]])],
+            attrs={"moe": "dispatch", "units": ["e"]},
         )
         width = 2 * ffn if gated else ffn
         up = self.einsum(
             "ech,ehf->ecf", routed, self.input((experts, hidden, width), param=True), name=f"{base}.up", pointwise=1
         )
+        self.annotate(up, units=["e"])
         if gated:  # act(gate) * up: a pointwise product of the two halves
             (up,) = self._add(
                 "glu",
@@ -288,10 +294,13 @@ class GraphBuilder(Builder):
                 [(up, [["e"], ["c"], ["f"]])],
                 [((experts, slots, ffn), [["e"], ["c"], ["f"]])],
                 pointwise=1,
+                attrs={"units": ["e"]},
             )
         down = self.einsum("ecf,efh->ech", up, self.input((experts, ffn, hidden), param=True), name=f"{base}.down")
-        # The expert axis is a locked domain axis here: every slot of a token's row is read, and
-        # the domain is as large as the work (tokens x top_k x hidden).
+        self.annotate(down, units=["e"])
+        # The domain is as large as the work (tokens x top_k x hidden): every slot of a token's row
+        # is read. Split over the experts, each device sums its experts' part of every token's row
+        # and the parts are all-reduced (the cost model prices it; the output has no expert axis).
         inputs: list[tuple[TensorRef, Sequence[Sequence[str]]]] = [(down, [["e"], ["c"], ["h"]])]
         if gates is not None and len(gates) == 2 and gates.shape[0] == tokens:
             inputs.append((gates, [["c"], []]))
@@ -299,12 +308,12 @@ class GraphBuilder(Builder):
             "combine",
             f"{base}.combine",
             "elementwise",
-            ["e", "c", "h"],
-            [experts, slots, hidden],
+            ["c", "e", "h"],
+            [slots, experts, hidden],
             inputs,
             [((tokens, hidden), [["c"], ["h"]])],
-            locked=["e"],
             pointwise=1,
+            attrs={"moe": "combine", "units": ["e"]},
         )[0]
 
     def lstm(self, x: TensorRef, units: int, layers: int = 1, *, name: str | None = None) -> TensorRef:
