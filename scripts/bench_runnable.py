@@ -2,9 +2,9 @@
 torch`) against the fastest plan on paper (unrestricted), and whether the paper plan runs as it is.
 
 Models are the Hugging Face zoo of `stratopt.importers.hf` (tiny decoders, an MoE, encoders, CNNs,
-built on the CPU) and the small PyTorch models of `stratopt.torch.models`, plus three mid-size shapes
-on the meta device, 8 of their layers each (the rest alike): Llama-7B and GPT-3 XL (one 1024-token
-sequence per device) and ViT-L/16 (8 images per device); clusters are nodes x GPUs of H100s. On the
+built on the CPU) and the small PyTorch models of `stratopt.torch.models`, plus four mid-size shapes
+on the meta device, 8 of their layers each (the rest alike): Llama-7B, GPT-3 XL and Mixtral 8x7B (one
+1024-token sequence per device) and ViT-L/16 (8 images per device); clusters are nodes x GPUs of H100s. On the
 tiny models the per-step constant (47.5 ms on the calibrated H100) is most of every estimate. One Markdown
 row per (model, cluster): both estimates, their ratio, the runnable plan's mesh, whether the paper
 plan runs as it is (and if not, why), and the seconds both searches took; then the median ratio and
@@ -23,7 +23,7 @@ import time
 
 MODELS = [
     "gpt2", "llama", "mixtral", "bert", "t5", "vit", "resnet", "convnext", "swin", "mlp", "transformer",
-    "llama-7b", "gpt-1.3b", "vit-l",
+    "llama-7b", "gpt-1.3b", "vit-l", "mixtral-8x7b",
 ]  # fmt: skip
 
 
@@ -37,6 +37,12 @@ def entry(name: str, devices: int):
     if name == "gpt-1.3b":  # GPT-3 XL's width (2048, 16 heads), 8 of its 24 layers
         made = hf.gpt2(layers=8, hidden=2048, heads=16, vocab=50257, batch=devices, seq=1024, device="meta")
         return from_torch(*made, name="gpt-1.3b-8-layers")
+    if name == "mixtral-8x7b":  # Mixtral 8x7B's shape (8 experts, 2 per token), 8 of its 32 layers
+        made = hf.mixtral(
+            layers=8, hidden=4096, heads=32, kv_heads=8, ffn=14336, experts=8, top_k=2, vocab=32000,
+            batch=devices, seq=1024, device="meta",
+        )  # fmt: skip
+        return from_torch(*made, name="mixtral-8x7b-8-layers")
     if name == "vit-l":
         return from_torch(*hf.vit_large(batch=8 * devices, layers=8), name="vit-l-8-layers")
     return f"stratopt.importers.hf:{name}"

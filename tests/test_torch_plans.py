@@ -27,7 +27,7 @@ from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
 
-from .test_torchplan import mixed_mlp, split_heads
+from .test_torchplan import expert_split, mixed_mlp, split_heads
 
 MODELS = [
     "stratopt.importers.hf:gpt2",
@@ -83,12 +83,21 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     if world == 2:  # Megatron's attention: the heads split through the views and the rotary embedding
         split = dataclasses.replace(megatron.plan, assignment=split_heads(megatron, 2))
         out.append((llama, "megatron-heads", ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
+    mixtral = "stratopt.importers.hf:mixtral"
+    moe = plan(mixtral, 1, world, simulate=False, expressible="torch")
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
-        moe = plan("stratopt.importers.hf:mixtral", 1, world, simulate=False, expressible="torch")
         for strategy in moe.baselines:
             if strategy.name in ("data-parallel", "fsdp"):
                 picked = ExportedPlan.of(dataclasses.replace(moe, plan=strategy))
-                out.append(("stratopt.importers.hf:mixtral", f"moe-{strategy.name}", picked))
+                out.append((mixtral, f"moe-{strategy.name}", picked))
+        # and split over its experts (expert parallelism inside the tensor-parallel group)
+        split = dataclasses.replace(moe.plan, assignment=expert_split(moe, world))
+        out.append((mixtral, "moe-experts", ExportedPlan.of(dataclasses.replace(moe, plan=split))))
+    else:  # under 40% of the free plan's memory the search splits the experts and checkpoints selectively
+        tight = plan(mixtral, 1, world, simulate=False, expressible="torch", memory_gb=0.4 * moe.plan.memory / 1e9)
+        exported = ExportedPlan.of(tight)
+        assert any(e["tp"] == "expert" for e in exported.modules.values()) and exported.recompute, exported.why
+        out.append((mixtral, "moe-experts-tight", exported))
     return out + _pipelines(world)
 
 
@@ -221,9 +230,16 @@ def test_every_plan_runs_as_priced(checked) -> None:
             experts = [e for n, e in exported.modules.items() if n.endswith("mlp.experts")]
             assert len(experts) == 2 and all(len(e["params"]) == 2 for e in experts), name
             assert all(e["fsdp"] == (name == "moe-fsdp") for e in experts), name
+            split = [e for e in experts if e["tp"] == "expert"]  # each device holds its experts' share
+            assert len(split) == 2 * (name == "moe-experts") or (name == "moe-experts-tight" and split), name
+            assert all(r["match"] for r in report.collectives), name
+            if name == "moe-experts-tight":  # a checkpointed block re-runs its experts' all-reduce
+                again = [r["counted"]["recompute"] for r in report.collectives if r["module"].endswith("mlp.experts")]
+                assert report.checks["recomputation"] and {"all_reduce": 1} in again, name
         else:
             assert not exported.recompute and not any(r["counted"] for r in report.reruns.values()), name
-    assert any(name.startswith("moe") for _, name, _ in cases) == (world == 2)
+    names = {name for _, name, _ in cases if name.startswith("moe")}
+    assert names == ({"moe-data-parallel", "moe-fsdp", "moe-experts"} if world == 2 else {"moe-experts-tight"})
     # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
     for model in _models(world):
         names = [name for m, name, _ in cases if m == model]

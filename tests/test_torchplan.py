@@ -4,6 +4,8 @@ Megatron's pattern on Llama (grouped-query attention)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -309,3 +311,95 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
     assert not evaluate(forbidding, tuple(a)).feasible
+
+
+def expert_split(result, ways: int, *, sharded: bool | None = None):
+    """``result``'s plan with its mixture of experts' operators (dispatch, products, activation,
+    combine) split ``ways`` over the experts and nothing else beyond the batch, as before otherwise
+    (weights sharded as ``sharded`` says where given)."""
+    costing = result.costing
+    a = list(result.plan.assignment)
+    for v, op in enumerate(costing.graph.operators):
+        units = op.attrs.get("units")
+        if not units:
+            continue
+        rows, now = costing.configs[v], costing.configs[v][a[v]]
+        shard = costing.is_sharded(v, a[v]) if sharded is None or not op.attrs.get("params") else sharded
+        a[v] = next(
+            c
+            for c, row in enumerate(rows)
+            if all(
+                n == (ways if x in units else now[i] if x == "c" else 1)
+                for i, (x, n) in enumerate(zip(op.axes, row, strict=True))
+            )
+            and costing.is_sharded(v, c) == shard
+            and costing.is_recomputed(v, c) == costing.is_recomputed(v, a[v])
+        )
+    return tuple(a)
+
+
+def test_a_mixture_of_experts_splits_over_its_experts_inside_the_tensor_parallel_group() -> None:
+    """Mixtral's experts split over a 1 x 2 mesh's two devices: the products take the ``expert``
+    style, their module one placement whose collectives are combine's all-reduce forward and the
+    tokens' gradient's backward; dispatch, activation and combine keep the expert split as it runs
+    (``as_run``), and the pairs refuse a chain whose operators split the experts differently."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import as_run, find_mesh, module_placements
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    a = expert_split(result, 2)
+    assert find_mesh(costing, a, 2) == (1, 2) and as_run(costing, a, 1, 2) == a
+    placed = {p.module: p for p in module_placements(costing, a, 1, 2)}
+    experts = placed["layers.0.mlp.experts"]
+    assert experts.tp == "expert" and not experts.fsdp
+    assert experts.collectives == {"forward": {"all_reduce": 1}, "backward": {"all_reduce": 1}}
+    weights = sum(
+        costing.held_weights(v, a[v])
+        for v, op in enumerate(costing.graph.operators)
+        if op.name.startswith("layers.0.mlp.experts.")
+    )
+    assert experts.held == weights > 0
+    pairs = handed_on(costing)
+    assert pairs.permits(a)
+    names = [op.name for op in costing.graph.operators]
+    mixed = list(a)
+    for name in ("layers.0.mlp.experts.up", "layers.0.mlp.experts.dispatch"):  # the products split, dispatch not
+        v = names.index(name)
+        mixed[v] = result.plan.assignment[v]
+        assert not pairs.permits(tuple(mixed))
+
+
+def test_a_module_sharded_in_part_is_searched_again_sharded_whole() -> None:
+    """FSDP shards a module whole: an answer whose experts' up product is sharded and whose down
+    product is not has no single placement, and ``unsplit`` forbids both products' unsharded
+    configurations for the next search (nothing else)."""
+    pytest.importorskip("transformers")
+    from stratopt.errors import ModelError
+    from stratopt.planning import plan
+    from stratopt.planning.again import unsplit
+    from stratopt.planning.torchplan import module_placements
+    from stratopt.problem import FORBIDDEN
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 4, simulate=False, expressible="torch")
+    costing = result.costing
+    dp = next(b for b in result.baselines if b.name == "data-parallel")
+    base = dataclasses.replace(result, plan=dp)
+    a = list(expert_split(base, 1, sharded=False))
+    names = [op.name for op in costing.graph.operators]
+    up, down = names.index("layers.0.mlp.experts.up"), names.index("layers.0.mlp.experts.down")
+    a[up] = expert_split(base, 1, sharded=True)[up]
+    with pytest.raises(ModelError, match="take different placements"):
+        module_placements(costing, tuple(a), 4, 1)
+    tables = [list(costing.node_costs())]
+    again = unsplit(costing, tables, tuple(a), 4, 1)
+    assert again is not None
+    for v in range(len(names)):
+        before, after = np.asarray(tables[0][v]), np.asarray(again[0][v])
+        if v in (up, down):
+            whole = np.array([not costing.is_sharded(v, c) for c in range(len(after))])
+            assert (after[whole] >= FORBIDDEN).all() and (after[~whole] == before[~whole]).all()
+        else:
+            assert (after == before).all(), names[v]

@@ -48,8 +48,9 @@ def handed_on(costing: Any) -> Pairs:
     tensors they are handed, so a tensor split beyond the batch where it is made and whole where it
     is read needs a module to make it (DTensor gathers a column-parallel output), one whole where it
     is made and split where it is read needs a module to read it (a row-parallel module takes its
-    slice), and one split on both sides must need no re-layout on the way. Computed over distinct
-    splits (at 128 devices with recomputation offered, masks over every configuration were
+    slice), and one split on both sides must need no re-layout on the way. A mixture of experts'
+    operators (dispatch, products, combine) run in one module on one split of the experts: none of
+    them makes or takes a split the others do not. Computed over distinct splits (at 128 devices with recomputation offered, masks over every configuration were
     gigabytes)."""
     batches, ops = batch_axes(costing.graph), costing.graph.operators
     distinct, rows, lead = [], [], []
@@ -67,9 +68,9 @@ def handed_on(costing: Any) -> Pairs:
         if not made.any() and not taken.any():
             continue
         ok = np.ones((len(made), len(taken)), dtype=bool)
-        if not _holds(ops[u]):
+        if not _lays_out(ops[u]):
             ok &= ~(made[:, None] & ~taken[None, :])
-        if not _holds(ops[w]):
+        if not _lays_out(ops[w]):
             ok &= ~(~made[:, None] & taken[None, :])
         both = made[:, None] & taken[None, :]
         if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
@@ -79,6 +80,13 @@ def handed_on(costing: Any) -> Pairs:
         if not ok.all():
             out[e], ends[e] = ok, (u, w)
     return Pairs(tuple(rows), out, ends)
+
+
+def _lays_out(op: Operator) -> bool:
+    """Whether ``op`` is a module that gathers a split it makes or takes the slice it splits: one
+    that holds weights, but for a mixture of experts' products (their module runs dispatch,
+    products and combine on one expert split, which all of them must make and read alike)."""
+    return _holds(op) and not op.attrs.get("units")
 
 
 def _beyond(op: Operator, use: Any, configs: np.ndarray, batch: Sequence[str]) -> np.ndarray:

@@ -52,6 +52,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
 from stratopt.instances import load_instance
 from stratopt.machine import Machine
+from stratopt.planning.again import unsplit
 from stratopt.planning.baselines import baselines
 from stratopt.planning.cluster import cluster, price
 from stratopt.planning.memory import solve_under_memory, strategy_memory, under_memory
@@ -65,7 +66,6 @@ from stratopt.planning.torchplan import (
     mesh_shapes,
     restricted_costs,
     unpriced_gathers,
-    unsplit,
 )
 from stratopt.planning.twins import Twins
 from stratopt.planning.words import describe_layers

@@ -55,6 +55,7 @@ __all__ = [
     "confined",
     "keeping",
     "kept",
+    "parted",
     "reissue_costs",
     "reissued",
     "savable",
@@ -264,6 +265,24 @@ def checkpointed(costing: Any, assignment: tuple[int, ...]) -> list[str] | str:
     if stray:
         return f"operator {ops[stray[0]].name} recomputes its outputs outside every block PyTorch checkpoints"
     return names
+
+
+def parted(costing: Any, assignment: tuple[int, ...]) -> list[int]:
+    """The products of the modules that ``assignment`` recomputes in part (a mixture of experts'
+    up product kept and its down product recomputed), which no checkpointing runs: selective
+    checkpointing saves a module's products whole or not at all."""
+    again = {v for v, c in enumerate(assignment) if costing.is_recomputed(v, c)}
+    if not again:
+        return []
+    out = []
+    ops = costing.graph.operators
+    for b in blocks(costing.graph):
+        units: dict[str, list[int]] = {}
+        for v in b.inner:
+            if savable(ops[v]):
+                units.setdefault(_unit(ops[v], b.module), []).append(v)
+        out += [v for members in units.values() if 0 < len(again.intersection(members)) < len(members) for v in members]
+    return out
 
 
 def _unit(op: Operator, block: str) -> str:

@@ -38,6 +38,7 @@ from stratopt.cost.common import layout
 from stratopt.cost.default import DefaultProfile
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
+from stratopt.planning.again import unsplit
 from stratopt.planning.batch import batch_size
 from stratopt.planning.cluster import Cluster, cluster, price
 from stratopt.planning.export import operator_splits
@@ -60,7 +61,6 @@ from stratopt.planning.torchplan import (
     mesh_shapes,
     module_placements,
     restricted_costs,
-    unsplit,
 )
 from stratopt.planning.units import StageCosts
 from stratopt.problem import FORBIDDEN

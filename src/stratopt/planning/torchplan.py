@@ -10,8 +10,12 @@ operator that holds weights takes a form DTensor has a style for:
   input features do (``rowwise``: ``RowwiseParallel``, its output all-reduced);
 - an embedding split over its vocabulary (``vocab``: ``RowwiseParallel`` on ``nn.Embedding``) or its
   width (``colwise``), or whole;
-- anything else that holds weights (convolutions, norms, experts) whole; several operators that
-  read one module's weights (a mixture of experts' up and down products) are that module once.
+- a mixture of experts' products split over the experts (``expert``: each device holds ``1/tp`` of
+  the experts and runs them on every token of its data-parallel group routed to them; dispatch and
+  combine split the same way, the tokens' partial sums all-reduced forward and their gradient
+  backward), or whole;
+- anything else that holds weights (convolutions, norms) whole; several operators that read one
+  module's weights (a mixture of experts' up and down products) are that module once.
 
 A model's output (an operator no other reads: its caller, or the loss inside a Hugging Face model,
 reads it whole) is never column-split: DTensor would hand the caller its shard, and the gather the
@@ -63,7 +67,6 @@ __all__ = [
     "restricted_costs",
     "style",
     "unpriced_gathers",
-    "unsplit",
 ]
 
 
@@ -95,7 +98,8 @@ class ModulePlacement:
         return {**out, "params": list(self.params), "held_elements": self.held}
 
 
-#: How many times a search runs again with the splits PyTorch would not keep (:func:`unsplit`)
+#: How many times a search runs again with the splits PyTorch would not keep
+#: (:func:`~stratopt.planning.again.unsplit`)
 #: forbidden before it gives up on the mesh.
 AS_RUN_ROUNDS = 6
 
@@ -126,9 +130,9 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
     weights = [i for i in op.inputs if i.param and len(i.use.shape) > 1]  # a bias beside them follows n
     if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or len(weights) != 1:
         return None
-    if any(i.param and len(i.use.shape) > 2 for i in op.inputs):  # experts' stacked weights: no style splits them
-        return None
     split = [g for g in ("m", "n", "k", "batch") if any(a in rest for a in attrs.get(g, []))]
+    if any(i.param and len(i.use.shape) > 2 for i in op.inputs):  # experts' stacked weights
+        return "expert" if split == ["batch"] and attrs.get("units") else None
     if split == ["k"]:
         return "vocab" if attrs.get("lookup") else "rowwise"
     return "colwise" if split == ["n"] else None
@@ -275,7 +279,8 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
     plan splits over the tensor-parallel devices but that lies in no split region (between a
     column-parallel module handing on its shard and the row-parallel ones it feeds) runs on the whole
     tensors the modules around it hand it, every tensor-parallel device the same work: its
-    configuration with only its batch split (the same recomputation). Elsewhere the same."""
+    configuration with only its batch split (the same recomputation; a mixture of experts'
+    operators keep their expert split). Elsewhere the same."""
     styles, _, _, regions, shard_out = _laid_out(costing, assignment, dp, tp)
     inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
     batches = batch_axes(costing.graph)
@@ -284,7 +289,9 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
         if style != "free" or v in inside:
             continue
         op, rows = costing.graph.operators[v], costing.configs[v]
-        keep = [i for i, a in enumerate(op.axes) if a in batches[op.name]]
+        # a mixture of experts' dispatch, activation and combine split over the experts run inside
+        # the experts module, as its products split (the pairs the search keeps to make them agree)
+        keep = [i for i, a in enumerate(op.axes) if a in batches[op.name] or a in op.attrs.get("units", ())]
         config = rows[assignment[v]]
         if all(config[i] == 1 for i in range(len(op.axes)) if i not in keep):
             continue
@@ -295,26 +302,6 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
                 out[v] = c
                 break
     return tuple(out)
-
-
-def unsplit(
-    costing: Any, tables: list[list[np.ndarray]], assignment: tuple[int, ...], dp: int, tp: int
-) -> list[list[np.ndarray]] | None:
-    """Each of ``tables`` (per operator, its configurations' costs) with every configuration that
-    splits more than the batch forbidden for the operators :func:`as_run` runs whole in
-    ``assignment``, for a search again; None where ``assignment`` runs as it is split."""
-    ran = as_run(costing, assignment, dp, tp)
-    moved = [v for v, (c, r) in enumerate(zip(assignment, ran, strict=True)) if c != r]
-    if not moved:
-        return None
-    batches, out = batch_axes(costing.graph), [list(t) for t in tables]
-    for v in moved:
-        op = costing.graph.operators[v]
-        rows = np.asarray(costing.configs[v])
-        split = (rows[:, [i for i, a in enumerate(op.axes) if a not in batches[op.name]]] > 1).any(axis=1)
-        for t in out:
-            t[v] = np.where(split, float(FORBIDDEN), t[v])
-    return out
 
 
 def _split_regions(
@@ -395,10 +382,10 @@ def _split_regions(
 def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     """One module whose weights several operators read (a mixture of experts' up and down products
     on its fused expert weights): PyTorch lays the module out once, so the operators must agree,
-    whole (no tensor-parallel style), both sharded or neither. The module's gradients are reduced
+    whole or both split over the experts, both sharded or neither. The module's gradients are reduced
     in one bucket and FSDP gathers its weights in one collective, so each collective counts once
     per pass (the cost model prices each operator's share of the bytes, and a latency each)."""
-    if first.tp != "replicate" or then.tp != "replicate" or first.fsdp != then.fsdp:
+    if first.tp != then.tp or first.tp not in ("replicate", "expert") or first.fsdp != then.fsdp:
         raise ModelError(
             f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
             f"({first.tp}{', fsdp' if first.fsdp else ''} and {then.tp}{', fsdp' if then.fsdp else ''}); "
@@ -499,9 +486,11 @@ def _placement(
     fsdp = owned.get(tied, False) if isinstance(tied, str) else costing.is_sharded(v, c) and dp > 1
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
-    if kind in ("rowwise", "vocab"):
+    if kind in ("rowwise", "vocab", "expert"):  # an expert split: combine's partial sums
         forward["all_reduce"] = 1
     reads_data = any(i.source is not None for i in op.inputs if not i.param)
+    if kind == "expert" and reads_data:  # and the tokens' gradient, dispatch's
+        backward["all_reduce"] = 1
     if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
         backward["all_reduce"] = 1
     if kind == "rowwise" and not split_in and reads_data:

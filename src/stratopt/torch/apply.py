@@ -81,6 +81,8 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     kind = entry["tp"]
+    if kind == "expert":
+        return _experts(name, module)
     out = Shard(-1) if entry.get("output") == "shard" else Replicate()
     into = Shard(-1) if entry.get("input") == "shard" else Replicate()
     nn = torch.nn
@@ -132,6 +134,102 @@ def _conv1d(base: Any, **layouts: Any) -> Any:
             )
 
     return Conv1DStyle(**layouts)
+
+
+def _experts(name: str, module: Any) -> Any:
+    """A ParallelStyle for a mixture of experts' ``*Experts`` module (stacked weights, called with the
+    tokens, each token's chosen experts and their weights): each device of the ``tp`` group holds a
+    contiguous ``1/tp`` of the experts (every parameter split on its first dimension, the expert
+    axis) and runs the module's own forward on them, every other expert's choices turned into the
+    module's "not here" index (``num_experts``, which Hugging Face's experts skip); the tokens'
+    partial sums are all-reduced in the forward pass, and the gradients of the tokens and of their
+    weights (each device's experts add their part) in one all-reduce in the backward pass."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    params = dict(module.named_parameters(recurse=False))
+    count = getattr(module, "num_experts", None)
+    if not isinstance(count, int) or not params or any(p.shape[0] != count for p in params.values()):
+        raise ModelError(f"module {name!r} ({_module_class(module)}): not a mixture of experts' stacked experts")
+    forward = type(module).forward
+
+    class _Summed(torch.autograd.Function):
+        """The experts' partial sums all-reduced forward; the gradient passed on as it is. The sum
+        is kept for the backward pass (it is the module's output, which the plan keeps): a
+        checkpointed block's re-run then runs to it and issues the all-reduce again, as the plan
+        prices a recomputed combine (early stopping would otherwise end the re-run before it)."""
+
+        @staticmethod
+        def forward(ctx: Any, part: Any, group: Any) -> Any:
+            out = part.clone()
+            dist.all_reduce(out, group=group)
+            ctx.save_for_backward(out)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad, None
+
+    class _Shared(torch.autograd.Function):
+        """Tokens (and their weights) every device reads whole: passed on as they are; their gradients,
+        each device's part, all-reduced in one collective (as float32 where their types differ)."""
+
+        @staticmethod
+        def forward(ctx: Any, group: Any, *tensors: Any) -> Any:
+            ctx.group = group
+            return tuple(t.view_as(t) for t in tensors)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            kinds = {g.dtype for g in grads}
+            common = grads[0].dtype if len(kinds) == 1 else torch.float32
+            flat = torch.cat([g.reshape(-1).to(common) for g in grads])
+            dist.all_reduce(flat, group=ctx.group)
+            out, at = [], 0
+            for g in grads:
+                out.append(flat[at : at + g.numel()].view_as(g).to(g.dtype))
+                at += g.numel()
+            return (None, *out)
+
+    class ExpertParallel(ParallelStyle):
+        def _apply(self, module: Any, mesh: Any) -> Any:
+            ways = mesh.size()
+            if count % ways:
+                raise ModelError(f"module {name!r}: {count} experts do not split over {ways} devices")
+            local, first = count // ways, mesh.get_local_rank() * (count // ways)
+            group = mesh.get_group()
+            for pname, param in params.items():
+                dt = distribute_tensor(param, mesh, [Shard(0)])
+                module.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
+
+            def run(tokens: Any, chosen: Any, weights: Any, *args: Any, **kwargs: Any) -> Any:
+                tokens, weights = _Shared.apply(group, tokens, weights)
+                here = chosen - first
+                mine = (here >= 0) & (here < local)
+                here = torch.where(mine, here, torch.full_like(here, local))
+                weights = torch.where(mine, weights, torch.zeros_like(weights))  # Hugging Face's EP contract
+                held = {n: module._parameters[n] for n in params}
+                flag = getattr(module, "_is_expert_parallel", None)
+                try:  # the module's own forward, on this device's experts
+                    for n, p in held.items():
+                        module._parameters[n] = p.to_local() if hasattr(p, "to_local") else p
+                    module.num_experts = local
+                    if flag is not None:  # its batched kernels then skip the "not here" index too
+                        module._is_expert_parallel = True
+                    part = forward(module, tokens, here, weights, *args, **kwargs)
+                finally:
+                    module._parameters.update(held)
+                    module.num_experts = count
+                    if flag is not None:
+                        module._is_expert_parallel = flag
+                return _Summed.apply(part, group)
+
+            module.forward = run
+            return module
+
+    return ExpertParallel()
 
 
 def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int, gate: list[bool]) -> None:
