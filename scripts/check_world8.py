@@ -3,8 +3,8 @@
 ``--recompute full``, and under ``--memory`` at 60% of the free plan's memory per device), every
 plan checked with ``check-plan`` on 8 gloo processes and trained with ``train --steps 3 --check``.
 
-Prints one Markdown row per plan (mesh, micro-batches, checkpointed blocks, FSDP modules, every
-check, the training check) and exits 1 when any is not ok. Models are entry points (``module:function``
+Prints one Markdown row per plan (mesh, micro-batches, checkpointed blocks, FSDP modules, experts
+modules split over their experts, every check, the training check) and exits 1 when any is not ok. Models are entry points (``module:function``
 returning a model and a batch) or ``hf:`` configurations; the default is the tiny Hugging Face
 decoders and MoE model of ``stratopt.importers.hf``.
 
@@ -60,19 +60,22 @@ def main(argv: list[str] | None = None) -> int:
     reports = check_plans(
         [(m, p) for m, _, p in cases], world, timeout=1800, progress=lambda s: print(s, file=sys.stderr)
     )
-    print("| model | plan | mesh | M | checkpointed | FSDP modules | check-plan | failed checks | train --check |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | plan | mesh | M | checkpointed | FSDP modules | split experts | check-plan | failed checks | train --check |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     bad = 0
     for (model, name, exported), report in zip(cases, reports, strict=True):
         trained = train(model, exported, world, 3, check=True, timeout=1800)
         assert exported.pipeline is not None and exported.mesh is not None
         failed = ", ".join(k for k, ok in report.checks.items() if not ok) or "-"
         fsdp = sum(1 for e in exported.modules.values() if e["fsdp"])
+        experts = sum(1 for e in exported.modules.values() if e["tp"] == "expert")
         mesh = f"2 x {exported.mesh[0]} x {exported.mesh[1]}"
         again = len(exported.recompute)
         verdict = "ok" if trained.ok else f"MISMATCH ({trained.max_relative_error:.1e})"
         print(
-            f"| {model} | {name} | {mesh} | {exported.pipeline['microbatches']} | {again} | {fsdp} "
+            f"| {model} | {name} | {mesh} | {exported.pipeline['microbatches']} | {again} | {fsdp} | {experts} "
             f"| {'ok' if report.ok else 'MISMATCH'} | {failed} | {verdict} |"
         )
         bad += (not report.ok) + (not trained.ok)

@@ -269,3 +269,34 @@ def test_every_weight_is_priced_and_named(name: str) -> None:
     assert {n for op in graph.operators for n in op.attrs.get("params") or ()} == set(params)
     biased = any(n.endswith(".bias") and len(model.get_parameter(n).shape) == 1 for n in params)
     assert biased == (name != "llama")  # Llama's products have none (ResNet's are its batch norms' shifts)
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["fx", "eager"])
+def test_a_weight_copied_in_another_type_is_still_that_weight(branch: bool) -> None:
+    """A router that multiplies in float32 (DeepSeek-V3's and GLM-4-MoE's: ``F.linear(x.float(),
+    self.weight.float())``) reads its own weight: the product names it (a plan can lay the module
+    out), where a copy of a weight used to be an anonymous constant; through torch.fx and through
+    the eager tracer (a branch on the data, which torch.fx cannot follow)."""
+
+    class Router(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(4, 16))
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x.type(torch.float32), self.weight.type(torch.float32))
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = Router()
+
+        def forward(self, x):
+            if branch and bool(x.sum() > 1e9):
+                x = x * 2
+            return self.gate(x).softmax(-1)
+
+    graph = from_torch(Net(), (torch.randn(8, 16),), name="router")
+    products = [op for op in graph.operators if op.op == "gemm"]
+    assert len(products) == 1 and products[0].attrs.get("params") == ["gate.weight"]
+    assert sum(i.use.size for i in products[0].inputs if i.param) == 64

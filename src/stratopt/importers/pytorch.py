@@ -18,10 +18,13 @@ __all__ = ["from_torch", "reference_flops"]
 
 _UNARY_FUNCS = {
     "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "neg", "abs", "erf",
-    "relu_", "leaky_relu", "elu", "hardtanh", "pow", "square", "to", "float", "half", "type_as",
+    "relu_", "leaky_relu", "elu", "hardtanh", "pow", "square", "to", "float", "half", "type_as", "type",
+    "bfloat16", "double",
 }  # fmt: skip
 _BINARY_FUNCS = {"add", "sub", "mul", "truediv", "div", "iadd", "imul", "maximum", "minimum", "add_", "mul_"}
 _VIEW_FUNCS = {"dropout", "contiguous", "clone", "detach", "identity", "alpha_dropout"}
+#: Calls that copy a tensor, re-typed or not: on a weight, that weight.
+_RETYPES = {"to", "type", "float", "half", "bfloat16", "double", "type_as", "contiguous", "clone", "detach"}
 _RESHAPE_FUNCS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "view_as", "expand_as"}
 
 
@@ -107,12 +110,20 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
     ShapeProp(gm).propagate(*example)
     modules = dict(gm.named_modules())
     nodes: list[Node] = []
+    weights: dict[str, str] = {}  # a weight's node, and every re-typed copy of it: the weight's node
     for node in gm.graph.nodes:
         start = len(nodes)
         shape = _shape(node)
-        ins = [a.name for a in node.all_input_nodes]
+        ins = [weights.get(a.name, a.name) for a in node.all_input_nodes]
         if node.op == "output" or shape is None:
             continue
+        if node.op == "get_attr":
+            weights[node.name] = node.name
+        elif node.op in ("call_method", "call_function") and ins and ins[0] in weights:
+            fname = getattr(node.target, "__name__", str(node.target))
+            if fname in _RETYPES:  # a router's float32 copy of its weight: still that weight
+                weights[node.name] = weights[ins[0]]
+                continue
         if node.op == "placeholder":
             nodes.append(Node(node.name, "input", [], shape))
         elif node.op == "get_attr":

@@ -146,6 +146,7 @@ class _Recorder:
         self.counts: dict[str, int] = {}
         self.quiet = 0
         self.inside = 0  # calls made inside modules recorded whole (what their operator dispatches)
+        self.labelled: set[str] = set()  # the nodes of named weights
         self.weights = {id(p): n for n, p in module.named_parameters()}
         self.weights |= {id(b): n for n, b in module.named_buffers()}
 
@@ -170,6 +171,8 @@ class _Recorder:
             self.nodes.append(Node(name, "param", [], tuple(int(s) for s in t.shape), named))
             self.kind[name] = "param"
             self.made[t] = name
+            if label is not None:
+                self.labelled.add(name)
         return name
 
     def live(self, name: str) -> bool:
@@ -305,6 +308,11 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
         ins = list(dict.fromkeys(ins))
         live = sum(1 for x in ins if rec.live(x))
         shapes = [tuple(int(s) for s in t.shape) for t in _tensors(args, torch)]
+        weight = ins[0] if len(ins) == 1 and ins[0] in rec.labelled else None
+        if live == 0 and fname in VIEWS and weight is not None:
+            for t in outs:  # a weight re-typed or copied (a router's float32 copy): still that weight
+                rec.made[t] = weight
+            return
         if live == 0 or fname in FACTORIES:
             for t in outs:  # computed from weights and constants only: itself a constant
                 name = rec.here(fname)
