@@ -363,3 +363,40 @@ def test_a_tied_head_is_sharded_with_its_embedding(tmp_path) -> None:
     assert exported.modules["head"]["collectives"] == {"forward": {}, "backward": {}}
     report = check_plan(entry, exported, 2)
     assert report.ok, report.to_dict()["checks"]
+
+
+_FAMILIES = """
+import torch
+from stratopt.importers.catalogue import tiny
+
+
+def qwen2_moe():  # a shared expert beside the routed ones, with its own gate
+    torch.manual_seed(0)
+    return tiny("qwen2_moe", "causal-lm", "Qwen2MoeForCausalLM", batch=4, seq=32)
+
+
+def glm4_moe():  # DeepSeek-V3's router (float32 copy of its weight, grouped choice), a shared expert
+    torch.manual_seed(0)
+    return tiny("glm4_moe", "causal-lm", "Glm4MoeForCausalLM", batch=4, seq=32)
+"""
+
+
+def test_other_mixture_of_experts_families_split_over_their_experts(tmp_path) -> None:
+    """Expert parallelism runs each family's own experts forward on the local experts: Qwen2-MoE
+    (a shared expert and its gate beside the routed experts) and GLM-4-MoE (DeepSeek-V3's router,
+    which multiplies a float32 copy of its weight) on 1 x 2, every routed experts module split over
+    its experts: one process's loss and gradients, the priced collectives."""
+    pytest.importorskip("transformers")
+    source = tmp_path / "families.py"
+    source.write_text(_FAMILIES)
+    cases = []
+    for name in ("qwen2_moe", "glm4_moe"):
+        entry = f"{source}:{name}"
+        result = plan(entry, 1, 2, simulate=False, expressible="torch")
+        split = dataclasses.replace(result.plan, assignment=expert_split(result, 2))
+        exported = ExportedPlan.of(dataclasses.replace(result, plan=split))
+        assert exported.mesh == (1, 2), exported.why
+        assert any(e["tp"] == "expert" for e in exported.modules.values()), name
+        cases.append((entry, exported))
+    for (entry, _), report in zip(cases, check_plans(cases, 2, timeout=600), strict=True):
+        assert report.ok, (entry, report.to_dict()["checks"])
