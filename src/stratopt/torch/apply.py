@@ -303,7 +303,8 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     plan or its path) on ``mesh``: a 2-D ``DeviceMesh`` named ``("dp", "tp")`` of the plan's shape
     (default: one made on the initialised process group, CPU for gloo). Column- and row-parallel
     modules become DTensor's ``ColwiseParallel`` / ``RowwiseParallel`` over ``tp`` (an embedding
-    split over its vocabulary ``RowwiseParallel``); modules with sharded weight state are
+    split over its vocabulary ``RowwiseParallel``, a mixture of experts' module split over its
+    experts :func:`_experts`' style); modules with sharded weight state are
     ``fully_shard``-ed over ``dp``; every other module's gradients are all-reduced over ``dp``, one
     collective per module; the blocks the plan recomputes are checkpointed (PyTorch's composable
     ``checkpoint``, which keeps every module's name; the forward runs again up to the last tensor
