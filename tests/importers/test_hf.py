@@ -300,3 +300,28 @@ def test_a_weight_copied_in_another_type_is_still_that_weight(branch: bool) -> N
     products = [op for op in graph.operators if op.op == "gemm"]
     assert len(products) == 1 and products[0].attrs.get("params") == ["gate.weight"]
     assert sum(i.use.size for i in products[0].inputs if i.param) == 64
+
+
+def test_an_index_that_adds_a_dimension_keeps_the_batch() -> None:
+    """Repeating key and value heads as eager attention does (``x[:, :, None, :, :].expand(...)``,
+    gpt-oss's attention with sinks): the new dimension of size 1 is skipped, so every other
+    dimension, the batch with them, runs along its own axis and the batch is followed through."""
+    from stratopt.planning.batch import follow_batch
+
+    class Repeat(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            if bool(x.sum() > 1e9):  # torch.fx cannot follow it: the eager tracer records the indexing
+                x = x * 2
+            kv = self.proj(x).view(4, 8, 2, 8).transpose(1, 2)  # (batch, heads, seq, dim)
+            wide = kv[:, :, None, :, :].expand(4, 2, 3, 8, 8).reshape(4, 6, 8, 8)
+            return wide
+
+    graph = from_torch(Repeat(), (torch.randn(4, 8, 16),), name="repeat")
+    followed = follow_batch(graph)
+    index = next(op for op in graph.operators if "getitem" in op.name)
+    assert followed[index.name] == (index.axes[0],)
+    assert index.inputs[0].use.dims[0] == (index.axes[0],)

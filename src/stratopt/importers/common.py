@@ -308,12 +308,8 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
         t = env.get(x)
         if t is None:
             continue
-        dims: list[list[str]] = []
-        offset = len(n.shape) - len(t.shape)
-        for i, size in enumerate(t.shape):
-            j = i + offset
-            dims.append([axes[j]] if 0 <= j < len(n.shape) and n.shape[j] == size else [])
-        inputs.append((t, dims))
+        at = _aligned(tuple(t.shape), tuple(n.shape))
+        inputs.append((t, [[axes[j]] if j is not None else [] for j in at]))
     shape = n.shape or (1,)
     if not n.shape:
         axes = ["d0"]
@@ -323,6 +319,36 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
         kind, _safe(n.name), "elementwise", axes, shape, inputs, [(shape, [[a] for a in axes])], pointwise=pw
     )
     return out
+
+
+def _aligned(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int | None]:
+    """The output dimension each dimension of an input of ``shape`` runs along (None: broadcast):
+    aligned from the right, as broadcasting does; where that leaves a dimension larger than 1
+    unmatched and the output only adds dimensions of size 1 (``x[:, :, None]``, ``unsqueeze``), in
+    order, skipping those.
+
+    >>> _aligned((4, 1, 16), (4, 8, 16))
+    [0, None, 2]
+    >>> _aligned((4, 2, 32, 16), (4, 2, 1, 32, 16))
+    [0, 1, 3, 4]
+    """
+    offset = len(out) - len(shape)
+    right = [
+        i + offset if 0 <= i + offset < len(out) and out[i + offset] == size else None for i, size in enumerate(shape)
+    ]
+    if all(j is not None or size == 1 for j, size in zip(right, shape, strict=True)) or len(shape) > len(out):
+        return right
+    found: list[int | None] = []
+    j = 0
+    for size in shape:
+        while j < len(out) and out[j] != size and out[j] == 1:
+            j += 1
+        if j == len(out) or out[j] != size:
+            return right
+        found.append(j)
+        j += 1
+    extra = [k for k in range(len(out)) if k not in found]
+    return found if all(out[k] == 1 for k in extra) else right
 
 
 def _padding(
