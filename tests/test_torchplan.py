@@ -347,6 +347,7 @@ def test_a_mixture_of_experts_splits_over_its_experts_inside_the_tensor_parallel
     from stratopt.planning import plan
     from stratopt.planning.pairs import handed_on
     from stratopt.planning.torchplan import as_run, find_mesh, module_placements
+    from stratopt.planning.words import describe_layers
 
     result = plan("stratopt.importers.hf:mixtral", 1, 2, simulate=False, expressible="torch")
     costing = result.costing
@@ -364,6 +365,11 @@ def test_a_mixture_of_experts_splits_over_its_experts_inside_the_tensor_parallel
     assert experts.held == weights > 0
     pairs = handed_on(costing)
     assert pairs.permits(a)
+    words = describe_layers(costing.graph, costing.configs, a, costing.is_sharded)
+    assert {r["layer"]: r["how"] for r in words if "experts" in r["layer"]} == {
+        "layers.*.mlp.experts.up": "experts",
+        "layers.*.mlp.experts.down": "experts",
+    }
     names = [op.name for op in costing.graph.operators]
     mixed = list(a)
     for name in ("layers.0.mlp.experts.up", "layers.0.mlp.experts.dispatch"):  # the products split, dispatch not

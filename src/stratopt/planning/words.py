@@ -25,8 +25,8 @@ def describe_layers(
     recomputed: Callable[[int, int], bool] | None = None,
 ) -> list[dict]:
     """The strategy in words, for every operator that holds weights: data-parallel degree (batch
-    split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads),
-    whether its weights are sharded (and, with ``recomputed``, whether its output is recomputed in
+    split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads /
+    experts), whether its weights are sharded (and, with ``recomputed``, whether its output is recomputed in
     the backward pass). Operators named alike up to a layer number (``layers.3.mlp``)
     with the same words are one row (``layers.*.mlp``, with the layer numbers)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -44,7 +44,8 @@ def describe_layers(
             split = [
                 g for g in ("n", "k", "m", "batch") if any(config[a] > 1 for a in attrs.get(g, []) if a not in batch)
             ]
-            named = {"n": "column", "k": "row", "m": "sequence", "batch": "heads"}
+            # a batched product's batch axis: attention heads, or a mixture of experts' experts
+            named = {"n": "column", "k": "row", "m": "sequence", "batch": "experts" if attrs.get("units") else "heads"}
             how = "+".join(named[g] for g in split)
             if attrs.get("lookup") and "k" in split:
                 how = "vocabulary"
