@@ -93,11 +93,17 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         # and split over its experts (expert parallelism inside the tensor-parallel group)
         split = dataclasses.replace(moe.plan, assignment=expert_split(moe, world))
         out.append((mixtral, "moe-experts", ExportedPlan.of(dataclasses.replace(moe, plan=split))))
-    else:  # under 40% of the free plan's memory the search splits the experts and checkpoints selectively
-        tight = plan(mixtral, 1, world, simulate=False, expressible="torch", memory_gb=0.4 * moe.plan.memory / 1e9)
-        exported = ExportedPlan.of(tight)
-        assert any(e["tp"] == "expert" for e in exported.modules.values()) and exported.recompute, exported.why
-        out.append((mixtral, "moe-experts-tight", exported))
+    else:  # where memory binds the search splits the experts: under 60% of the free plan's memory
+        # over the data-parallel groups (the tokens sent to their experts all-to-all), under 25% over
+        # the tensor-parallel devices, with blocks checkpointed
+        for name, share, kind in (("moe-experts-dp", 0.6, "expert-dp"), ("moe-experts-tight", 0.25, "expert")):
+            found = plan(
+                mixtral, 1, world, simulate=False, expressible="torch", memory_gb=share * moe.plan.memory / 1e9
+            )
+            exported = ExportedPlan.of(found)
+            assert any(e["tp"] == kind for e in exported.modules.values()), (name, exported.why)
+            assert bool(exported.recompute) == (kind == "expert"), name
+            out.append((mixtral, name, exported))
     return out + _pipelines(world)
 
 
@@ -232,6 +238,8 @@ def test_every_plan_runs_as_priced(checked) -> None:
             assert all(e["fsdp"] == (name == "moe-fsdp") for e in experts), name
             split = [e for e in experts if e["tp"] == "expert"]  # each device holds its experts' share
             assert len(split) == 2 * (name == "moe-experts") or (name == "moe-experts-tight" and split), name
+            spread = [e for e in experts if e["tp"] == "expert-dp"]  # each data-parallel group its share
+            assert len(spread) == 2 * (name == "moe-experts-dp"), name
             assert all(r["match"] for r in report.collectives), name
             if name == "moe-experts-tight":  # a checkpointed block re-runs its experts' all-reduce
                 again = [r["counted"]["recompute"] for r in report.collectives if r["module"].endswith("mlp.experts")]
@@ -239,7 +247,9 @@ def test_every_plan_runs_as_priced(checked) -> None:
         else:
             assert not exported.recompute and not any(r["counted"] for r in report.reruns.values()), name
     names = {name for _, name, _ in cases if name.startswith("moe")}
-    assert names == ({"moe-data-parallel", "moe-fsdp", "moe-experts"} if world == 2 else {"moe-experts-tight"})
+    assert names == (
+        {"moe-data-parallel", "moe-fsdp", "moe-experts"} if world == 2 else {"moe-experts-tight", "moe-experts-dp"}
+    )
     # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
     for model in _models(world):
         names = [name for m, name, _ in cases if m == model]

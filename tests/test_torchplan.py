@@ -409,3 +409,55 @@ def test_a_module_sharded_in_part_is_searched_again_sharded_whole() -> None:
             assert (after[whole] >= FORBIDDEN).all() and (after[~whole] == before[~whole]).all()
         else:
             assert (after == before).all(), names[v]
+
+
+def experts_over_groups(result, ways: int):
+    """``result``'s data-parallel baseline with its mixture of experts' activation and products split
+    ``ways`` over the experts and nothing else (dispatch and combine keep the tokens split): the
+    all-to-all form of expert parallelism over the data-parallel groups."""
+    costing = result.costing
+    a = list(next(b for b in result.baselines if b.name == "data-parallel").assignment)
+    for v, op in enumerate(costing.graph.operators):
+        units = op.attrs.get("units")
+        if not units or op.attrs.get("moe") in ("dispatch", "combine"):
+            continue
+        a[v] = next(
+            c
+            for c, row in enumerate(costing.configs[v])
+            if all(n == (ways if x in units else 1) for x, n in zip(op.axes, row, strict=True))
+            and not costing.is_recomputed(v, c)
+            and not costing.is_sharded(v, c)
+        )
+    return tuple(a)
+
+
+def test_experts_over_the_data_parallel_groups_trade_tokens_all_to_all() -> None:
+    """Mixtral on 4 x 1: the experts' products split 4 ways over the experts while dispatch and
+    combine keep the tokens split 4 ways (the all-to-all between them priced on the edges). The
+    pairs run it (and no other change of split between a mixture of experts' operators), its
+    products take the ``expert-dp`` placement: three all-to-alls forward (the counts, the tokens,
+    their results), two backward, no gradient reduction and nothing for FSDP to shard."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import as_run, find_mesh, module_placements
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 4, simulate=False, expressible="torch")
+    costing = result.costing
+    a = experts_over_groups(result, 4)
+    names = [op.name for op in costing.graph.operators]
+    dispatch, up = names.index("layers.0.mlp.experts.dispatch"), names.index("layers.0.mlp.experts.up")
+    edge = next(e for e, (u, w, _) in enumerate(costing.edges) if (u, w) == (dispatch, up))
+    assert float(costing.problem.edge_cost(edge)[a[dispatch], a[up]]) > 0.0  # the all-to-all
+    assert find_mesh(costing, a, 4) == (4, 1) and as_run(costing, a, 4, 1) == a
+    assert handed_on(costing).permits(a)
+    placed = {p.module: p for p in module_placements(costing, a, 4, 1)}["layers.0.mlp.experts"]
+    assert placed.tp == "expert-dp" and not placed.fsdp
+    assert placed.collectives == {"forward": {"all_to_all": 3}, "backward": {"all_to_all": 2}}
+    mixed = list(a)
+    mixed[dispatch] = next(  # dispatch with the tokens whole: no module runs that
+        c
+        for c, row in enumerate(costing.configs[dispatch])
+        if row.max() == 1 and not costing.is_recomputed(dispatch, c)
+    )
+    assert not handed_on(costing).permits(tuple(mixed))

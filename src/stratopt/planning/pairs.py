@@ -50,7 +50,8 @@ def handed_on(costing: Any) -> Pairs:
     is made and split where it is read needs a module to read it (a row-parallel module takes its
     slice), and one split on both sides must need no re-layout on the way. A mixture of experts'
     operators (dispatch, products, combine) run in one module on one split of the experts: none of
-    them makes or takes a split the others do not. Computed over distinct splits (at 128 devices with recomputation offered, masks over every configuration were
+    them makes or takes a split the others do not, but for the all-to-all between tokens split over
+    the data-parallel groups and experts split over them (:func:`_all_to_all`). Computed over distinct splits (at 128 devices with recomputation offered, masks over every configuration were
     gigabytes)."""
     batches, ops = batch_axes(costing.graph), costing.graph.operators
     distinct, rows, lead = [], [], []
@@ -77,9 +78,30 @@ def handed_on(costing: Any) -> Pairs:
             ok &= ~both  # an embedding split over its width hands on its output gathered
         elif both.any():
             ok &= ~both | (np.asarray(costing.problem.edge_cost(e))[np.ix_(lead[u], lead[w])] == 0)
+        if ops[u].attrs.get("units") and ops[w].attrs.get("units"):
+            ok |= _all_to_all(ops[u], ops[w], distinct[u], distinct[w], batches)
         if not ok.all():
             out[e], ends[e] = ok, (u, w)
     return Pairs(tuple(rows), out, ends)
+
+
+def _all_to_all(u: Operator, w: Operator, made: np.ndarray, taken: np.ndarray, batches: Any) -> np.ndarray:
+    """The pairs of splits of a mixture of experts' dispatch ``u`` and first product ``w`` (or last
+    product ``u`` and combine ``w``) that its all-to-all form runs: the tokens split ``k`` ways on
+    one side (dispatch, combine), the experts ``k`` ways on the other, nothing else split."""
+
+    def tokens_experts(op: Operator, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = np.prod(rows[:, [op.axis_index(a) for a in batches[op.name]]], axis=1)
+        x = np.prod(rows[:, [op.axis_index(a) for a in op.attrs["units"]]], axis=1)
+        return np.where(np.prod(rows, axis=1) == t * x, t, 0), x  # 0: something else split
+
+    tu, xu = tokens_experts(u, made)
+    tw, xw = tokens_experts(w, taken)
+    if u.attrs.get("moe") == "dispatch":
+        return (xu[:, None] == 1) & (tw[None, :] == 1) & (xw[None, :] == tu[:, None]) & (tu[:, None] > 1)
+    if w.attrs.get("moe") == "combine":
+        return (tu[:, None] == 1) & (xw[None, :] == 1) & (tw[None, :] == xu[:, None]) & (xu[:, None] > 1)
+    return np.zeros((len(made), len(taken)), dtype=bool)
 
 
 def _lays_out(op: Operator) -> bool:

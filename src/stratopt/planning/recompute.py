@@ -349,8 +349,8 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
             continue
         for v in b.inner:
             c, vc = assignment[v], costing.vertex_costs[v]
-            if not any(i.param for i in ops[v].inputs) or v in tail:  # the re-run stops before the tail
-                continue
+            if v in tail or not (any(i.param for i in ops[v].inputs) or ops[v].attrs.get("moe") == "dispatch"):
+                continue  # the re-run stops before the tail; a dispatch's all-to-all is a module's too
             if not costing.is_recomputed(v, c) and vc.forward_comm is not None:
                 total += float(vc.forward_comm[c])
             relaid = [float(problem.edge_cost(e)[c, assignment[costing.edges[e][1]]]) for e in out.get(v, [])]

@@ -116,6 +116,11 @@ def _holds(op: Operator) -> bool:
 def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, tp: int) -> str | None:
     """The DTensor style of ``op`` under ``config`` on a ``dp x tp`` mesh (``free`` for an operator
     without weights), or None where there is none."""
+    units = op.attrs.get("units") or ()
+    if units and dp > 1 and all(config[a] == (dp if a in units else 1) for a in config):
+        # a mixture of experts' activation and products over the tokens every data-parallel group
+        # sends its experts (the all-to-all form: dispatch and combine split the tokens)
+        return "expert-dp" if _holds(op) else "free"
     if math.prod(config[a] for a in batch) != (dp if batch else 1):
         return None
     rest = {a: c for a, c in config.items() if a not in batch and c > 1}
@@ -385,7 +390,7 @@ def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     whole or both split over the experts, both sharded or neither. The module's gradients are reduced
     in one bucket and FSDP gathers its weights in one collective, so each collective counts once
     per pass (the cost model prices each operator's share of the bytes, and a latency each)."""
-    if first.tp != then.tp or first.tp not in ("replicate", "expert") or first.fsdp != then.fsdp:
+    if first.tp != then.tp or first.tp not in ("replicate", "expert", "expert-dp") or first.fsdp != then.fsdp:
         raise ModelError(
             f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
             f"({first.tp}{', fsdp' if first.fsdp else ''} and {then.tp}{', fsdp' if then.fsdp else ''}); "
@@ -491,6 +496,9 @@ def _placement(
     reads_data = any(i.source is not None for i in op.inputs if not i.param)
     if kind == "expert" and reads_data:  # and the tokens' gradient, dispatch's
         backward["all_reduce"] = 1
+    if kind == "expert-dp":  # the counts, the tokens sent and their results returned; their gradients
+        forward["all_to_all"], backward["all_to_all"] = 3, 2
+        fsdp = False  # its experts are on one data-parallel group each: nothing to shard or reduce
     if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
         backward["all_reduce"] = 1
     if kind == "rowwise" and not split_in and reads_data:
@@ -501,7 +509,7 @@ def _placement(
         forward["all_gather"] = forward.get("all_gather", 0) + 1
         backward["all_gather"] = backward.get("all_gather", 0) + 1
         backward["reduce_scatter"] = 1
-    elif dp > 1 and not op.attrs.get("tied"):
+    elif dp > 1 and not op.attrs.get("tied") and kind != "expert-dp":
         backward["all_reduce"] = backward.get("all_reduce", 0) + 1
     return ModulePlacement(
         _module(op),

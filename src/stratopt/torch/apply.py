@@ -232,6 +232,61 @@ def _experts(name: str, module: Any) -> Any:
     return ExpertParallel()
 
 
+def _experts_dp(name: str, module: Any, mesh: Any) -> None:
+    """Split a mixture of experts' ``*Experts`` module over the data-parallel groups of ``mesh``
+    (its ``dp`` dimension): each group holds a contiguous ``1/dp`` of the experts, every parameter
+    split on its first dimension. Each token's choices travel to the groups holding their experts
+    (the counts per expert first, then the tokens, in all-to-alls), run there through the
+    module's own forward one choice at a time, and come back to be weighted and summed where the
+    token lives; the gradients travel back the same two ways."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._functional_collectives import all_to_all_single_autograd
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    params = dict(module.named_parameters(recurse=False))
+    count = getattr(module, "num_experts", None)
+    if not isinstance(count, int) or not params or any(p.shape[0] != count for p in params.values()):
+        raise ModelError(f"module {name!r} ({_module_class(module)}): not a mixture of experts' stacked experts")
+    ways = mesh.size()
+    if count % ways:
+        raise ModelError(f"module {name!r}: {count} experts do not split over {ways} data-parallel groups")
+    local, group = count // ways, mesh.get_group()
+    forward = type(module).forward
+    for pname, param in params.items():
+        dt = distribute_tensor(param, mesh, [Shard(0)])
+        module.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
+        if param.requires_grad:  # every group's tokens add to it: averaged as data parallelism averages
+            module._parameters[pname].register_hook(lambda g: g / ways)
+
+    def run(tokens: Any, chosen: Any, weights: Any, *args: Any, **kwargs: Any) -> Any:
+        rows, k = chosen.shape
+        experts = chosen.reshape(-1)
+        order = torch.argsort(experts, stable=True)  # each choice, grouped by its expert
+        sent = torch.bincount(experts, minlength=count)  # choices per expert, from here
+        got = torch.empty_like(sent)
+        dist.all_to_all_single(got, sent, group=group)  # per group, its choices of each of my experts
+        send = sent.view(ways, local).sum(1).tolist()
+        take = got.view(ways, local).sum(1).tolist()
+        arrived = all_to_all_single_autograd(tokens[order // k], take, send, group)
+        mine = torch.repeat_interleave(torch.arange(local, device=got.device).repeat(ways), got)
+        held = {n: module._parameters[n] for n in params}
+        try:  # the module's own forward on this group's experts, one choice per row, weight 1
+            for n, p in held.items():
+                module._parameters[n] = p.to_local() if hasattr(p, "to_local") else p
+            module.num_experts = local
+            ones = torch.ones(len(mine), 1, dtype=weights.dtype, device=weights.device)
+            done = forward(module, arrived, mine[:, None], ones, *args, **kwargs)
+        finally:
+            module._parameters.update(held)
+            module.num_experts = count
+        back = all_to_all_single_autograd(done.contiguous(), send, take, group)
+        placed = torch.empty_like(back).index_copy(0, order, back)  # each choice's result, in (token, k) order
+        return (placed.view(rows, k, -1) * weights[..., None].to(placed.dtype)).sum(1).to(tokens.dtype)
+
+    module.forward = run
+
+
 def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int, gate: list[bool]) -> None:
     """Average the gradients of one module's ``params`` over the data-parallel ``group`` in one
     all-reduce, once the last of them is accumulated (a bucket per module, as DDP buckets them);
@@ -336,13 +391,17 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         raise ModelError(f"the plan's mesh is {dp} x {tp}, the mesh given {' x '.join(map(str, mesh.shape))}")
     modules = validate(model, exported)
     done = Parallelized(mesh, exported)
-    split = {n: e for n, e in exported.modules.items() if e["tp"] != "replicate"}
+    for name, entry in exported.modules.items():  # experts over the data-parallel groups (all-to-all)
+        if entry["tp"] == "expert-dp":
+            _experts_dp(name, modules[name], mesh["dp"])
+            done.styles[name] = "expert-dp"
+    split = {n: e for n, e in exported.modules.items() if e["tp"] not in ("replicate", "expert-dp")}
     if split and tp > 1:
         from torch.distributed.tensor.parallel import parallelize_module
 
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
         parallelize_module(model, mesh["tp"], styles)
-        done.styles = {name: type(s).__name__ for name, s in styles.items()}
+        done.styles.update({name: type(s).__name__ for name, s in styles.items()})
     if exported.recompute:
         from torch.distributed._composable import checkpoint
 
@@ -371,9 +430,10 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}
             fully_shard(model, mesh=mesh["dp"], ignored_params=kept)
         group = mesh.get_group("dp")
+        apart = {n for n, e in exported.modules.items() if e["tp"] == "expert-dp"}  # held once, not replicas
         for name, module in modules.items():
             params = [p for p in module.parameters(recurse=False) if p.requires_grad]
-            if params and name not in owned:
+            if params and name not in owned and name not in apart:
                 _sync_gradients(torch, params, group, dp, done.sync)
                 done.synced.append(name)
     return done

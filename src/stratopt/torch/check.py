@@ -240,6 +240,8 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
         if placed is not None:
             split = placed["tp"] != "replicate" and not (placed["tp"] == "rowwise" and pname == "bias")
             share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
+            if placed["tp"] == "expert-dp":  # the experts split over the data-parallel groups
+                share = 1.0 / dp
         planned += numel * found["element"] * share / plan.stages
     held = sum(float(e.get("held_elements", 0.0)) for e in plan.modules.values()) * found["element"]
     # every block the plan checkpoints, and every module inside one, runs its forward once more
