@@ -454,6 +454,9 @@ def test_experts_over_the_data_parallel_groups_trade_tokens_all_to_all() -> None
     placed = {p.module: p for p in module_placements(costing, a, 4, 1)}["layers.0.mlp.experts"]
     assert placed.tp == "expert-dp" and not placed.fsdp
     assert placed.collectives == {"forward": {"all_to_all": 3}, "backward": {"all_to_all": 2}}
+    # micro-batches: each one's all-to-alls, and still no gradient reduction to count once
+    stepped = {p.module: p for p in module_placements(costing, a, 4, 1, microbatches=2)}["layers.0.mlp.experts"]
+    assert stepped.collectives == {"forward": {"all_to_all": 6}, "backward": {"all_to_all": 4}}
     mixed = list(a)
     mixed[dispatch] = next(  # dispatch with the tokens whole: no module runs that
         c

@@ -249,7 +249,8 @@ def module_placements(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
             p = _recomputing(p, bool(op.attrs.get("tied")), v not in tail) if block_of(p.module) in again else p
-            out.append(_per_step(p, microbatches, dp > 1 and not p.fsdp and not op.attrs.get("tied")))
+            synced = dp > 1 and not p.fsdp and not op.attrs.get("tied") and p.tp != "expert-dp"
+            out.append(_per_step(p, microbatches, synced))
     merged: dict[str, ModulePlacement] = {}
     for p in out:
         merged[p.module] = _merged(merged[p.module], p) if p.module in merged else p
