@@ -4,7 +4,7 @@
 plan checked with ``check-plan`` on 8 gloo processes and trained with ``train --steps 3 --check``.
 
 Prints one Markdown row per plan (mesh, micro-batches, checkpointed blocks, FSDP modules, experts
-modules split over their experts, every check, the training check) and exits 1 when any is not ok. Models are entry points (``module:function``
+modules split over their experts and how, every check, the training check) and exits 1 when any is not ok. Models are entry points (``module:function``
 returning a model and a batch) or ``hf:`` configurations; the default is the tiny Hugging Face
 decoders and MoE model of ``stratopt.importers.hf``.
 
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         assert exported.pipeline is not None and exported.mesh is not None
         failed = ", ".join(k for k, ok in report.checks.items() if not ok) or "-"
         fsdp = sum(1 for e in exported.modules.values() if e["fsdp"])
-        experts = sum(1 for e in exported.modules.values() if e["tp"] == "expert")
+        kinds = [e["tp"] for e in exported.modules.values() if e["tp"] in ("expert", "expert-dp")]
+        experts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "0"
         mesh = f"2 x {exported.mesh[0]} x {exported.mesh[1]}"
         again = len(exported.recompute)
         verdict = "ok" if trained.ok else f"MISMATCH ({trained.max_relative_error:.1e})"
