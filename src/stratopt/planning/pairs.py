@@ -51,7 +51,8 @@ def handed_on(costing: Any) -> Pairs:
     slice), and one split on both sides must need no re-layout on the way. A mixture of experts'
     operators (dispatch, products, combine) run in one module on one split of the experts: none of
     them makes or takes a split the others do not, but for the all-to-all between tokens split over
-    the data-parallel groups and experts split over them (:func:`_all_to_all`). Computed over distinct splits (at 128 devices with recomputation offered, masks over every configuration were
+    the data-parallel groups and experts split over them (:func:`_all_to_all`). Computed over
+    distinct splits (at 128 devices with recomputation offered, masks over every configuration were
     gigabytes)."""
     batches, ops = batch_axes(costing.graph), costing.graph.operators
     distinct, rows, lead = [], [], []
