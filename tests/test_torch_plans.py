@@ -84,8 +84,8 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         split = dataclasses.replace(megatron.plan, assignment=split_heads(megatron, 2))
         out.append((llama, "megatron-heads", ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
     mixtral = "stratopt.importers.hf:mixtral"
-    moe = plan(mixtral, 1, world, simulate=False, expressible="torch")
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
+        moe = plan(mixtral, 1, world, simulate=False, expressible="torch")
         for strategy in moe.baselines:
             if strategy.name in ("data-parallel", "fsdp"):
                 picked = ExportedPlan.of(dataclasses.replace(moe, plan=strategy))
@@ -93,16 +93,15 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         # and split over its experts (expert parallelism inside the tensor-parallel group)
         split = dataclasses.replace(moe.plan, assignment=expert_split(moe, world))
         out.append((mixtral, "moe-experts", ExportedPlan.of(dataclasses.replace(moe, plan=split))))
-    else:  # where memory binds the search splits the experts: under 60% of the free plan's memory
-        # over the data-parallel groups (the tokens sent to their experts all-to-all), under 25% over
-        # the tensor-parallel devices, with blocks checkpointed
-        for name, share, kind in (("moe-experts-dp", 0.6, "expert-dp"), ("moe-experts-tight", 0.25, "expert")):
+        # where memory binds the search splits them itself, with blocks checkpointed: under 40% of
+        # the free plan's memory inside the group (selectively), under 35% over the data-parallel
+        # groups (the tokens sent to their experts all-to-all, and again in each block's re-run)
+        for name, share, kind in (("moe-experts-tight", 0.4, "expert"), ("moe-experts-dp", 0.35, "expert-dp")):
             found = plan(
                 mixtral, 1, world, simulate=False, expressible="torch", memory_gb=share * moe.plan.memory / 1e9
             )
             exported = ExportedPlan.of(found)
-            assert any(e["tp"] == kind for e in exported.modules.values()), (name, exported.why)
-            assert bool(exported.recompute) == (kind == "expert"), name
+            assert any(e["tp"] == kind for e in exported.modules.values()) and exported.recompute, (name, exported.why)
             out.append((mixtral, name, exported))
     return out + _pipelines(world)
 
@@ -155,7 +154,9 @@ def _tampered(exported: ExportedPlan) -> ExportedPlan:
     raise AssertionError("the plan prices no collective")
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"world{w}")
+# world 4 (the MLP tensor parallel in pipeline stages, Llama's FSDP stages, Megatron over 4) is
+# marked slow: CI came within 11 s of its 15 minutes; the README's check-plan runs at world 4
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=lambda w: f"world{w}")
 def checked(request):
     world = request.param
     cases = _cases(world)
@@ -241,15 +242,15 @@ def test_every_plan_runs_as_priced(checked) -> None:
             spread = [e for e in experts if e["tp"] == "expert-dp"]  # each data-parallel group its share
             assert len(spread) == 2 * (name == "moe-experts-dp"), name
             assert all(r["match"] for r in report.collectives), name
-            if name == "moe-experts-tight":  # a checkpointed block re-runs its experts' all-reduce
+            if name in ("moe-experts-tight", "moe-experts-dp"):  # a checkpointed block re-runs its experts'
                 again = [r["counted"]["recompute"] for r in report.collectives if r["module"].endswith("mlp.experts")]
-                assert report.checks["recomputation"] and {"all_reduce": 1} in again, name
+                kind = {"all_reduce": 1} if name == "moe-experts-tight" else {"all_to_all": 3}  # collectives
+                assert report.checks["recomputation"] and kind in again, name
         else:
             assert not exported.recompute and not any(r["counted"] for r in report.reruns.values()), name
     names = {name for _, name, _ in cases if name.startswith("moe")}
-    assert names == (
-        {"moe-data-parallel", "moe-fsdp", "moe-experts"} if world == 2 else {"moe-experts-tight", "moe-experts-dp"}
-    )
+    expected = {"moe-data-parallel", "moe-fsdp", "moe-experts", "moe-experts-tight", "moe-experts-dp"}
+    assert names == (expected if world == 2 else set())
     # at least two plans per model, and the hand-written Megatron wherever DTensor runs it
     for model in _models(world):
         names = [name for m, name, _ in cases if m == model]
