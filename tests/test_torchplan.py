@@ -464,3 +464,36 @@ def test_experts_over_the_data_parallel_groups_trade_tokens_all_to_all() -> None
         if row.max() == 1 and not costing.is_recomputed(dispatch, c)
     )
     assert not handed_on(costing).permits(tuple(mixed))
+
+
+def test_a_module_recomputed_in_part_is_searched_again_recomputed_whole() -> None:
+    """Selective checkpointing saves a module's products whole or not at all: an answer that keeps
+    the experts' up product and recomputes their down product (block checkpointed) is one no
+    checkpointing runs; ``parted`` names both products and ``unsplit`` forbids their keeping
+    configurations for the next search (nothing else)."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.again import unsplit
+    from stratopt.planning.recompute import checkpointed, parted
+    from stratopt.planning.torchplan import find_mesh
+    from stratopt.problem import FORBIDDEN
+
+    result = plan("stratopt.importers.hf:mixtral", 1, 2, simulate=False, expressible="torch", recompute="full")
+    costing = result.costing
+    a = list(result.plan.assignment)
+    names = [op.name for op in costing.graph.operators]
+    up, down = names.index("layers.0.mlp.experts.up"), names.index("layers.0.mlp.experts.down")
+    assert costing.is_recomputed(up, a[up]) and costing.is_recomputed(down, a[down])
+    a[up] -= len(costing.configs[up]) // 2  # its keeping twin: the same split
+    assert not costing.is_recomputed(up, a[up]) and isinstance(checkpointed(costing, tuple(a)), str)
+    assert sorted(parted(costing, tuple(a))) == [up, down]
+    tables = [list(costing.node_costs())]
+    again = unsplit(costing, tables, tuple(a), *find_mesh(costing, result.plan.assignment, 2))
+    assert again is not None
+    for v in range(len(names)):
+        before, after = np.asarray(tables[0][v]), np.asarray(again[0][v])
+        if v in (up, down):
+            kept = ~np.asarray(costing.recomputed[v], dtype=bool)
+            assert (after[kept] >= FORBIDDEN).all() and (after[~kept] == before[~kept]).all()
+        else:
+            assert (after == before).all(), names[v]
