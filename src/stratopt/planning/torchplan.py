@@ -13,7 +13,10 @@ operator that holds weights takes a form DTensor has a style for:
 - a mixture of experts' products split over the experts (``expert``: each device holds ``1/tp`` of
   the experts and runs them on every token of its data-parallel group routed to them; dispatch and
   combine split the same way, the tokens' partial sums all-reduced forward and their gradient
-  backward), or whole;
+  backward), over the data-parallel groups (``expert-dp``: products and activation split the
+  experts ``dp`` ways and nothing else, dispatch and combine keep the tokens split, the tokens sent
+  to their experts all-to-all; the only operators whose split is not their batch over ``dp``), or
+  whole;
 - anything else that holds weights (convolutions, norms) whole; several operators that read one
   module's weights (a mixture of experts' up and down products) are that module once.
 
