@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -136,6 +138,51 @@ def _conv1d(base: Any, **layouts: Any) -> Any:
     return Conv1DStyle(**layouts)
 
 
+def _stacked(name: str, module: Any, ways: int, over: str) -> tuple[dict[str, Any], int]:
+    """A mixture of experts' ``*Experts`` module's parameters and expert count, once every parameter
+    is stacked over the experts (its first dimension) and the experts split ``ways`` ways over
+    ``over``; else a one-line :class:`ModelError`."""
+    params = dict(module.named_parameters(recurse=False))
+    count = getattr(module, "num_experts", None)
+    if not isinstance(count, int) or not params or any(p.shape[0] != count for p in params.values()):
+        raise ModelError(f"module {name!r} ({_module_class(module)}): not a mixture of experts' stacked experts")
+    if count % ways:
+        raise ModelError(f"module {name!r}: {count} experts do not split over {ways} {over}")
+    return params, count
+
+
+def _split_experts(module: Any, params: dict[str, Any], mesh: Any) -> None:
+    """Each of ``params`` split over ``mesh`` on its first dimension (a contiguous share of the
+    experts per device)."""
+    import torch
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    for pname, param in params.items():
+        dt = distribute_tensor(param, mesh, [Shard(0)])
+        module.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
+
+
+@contextlib.contextmanager
+def _local_experts(module: Any, names: list[str], count: int, local: int, skipped: bool) -> Iterator[None]:
+    """``module`` as the experts of this device only while inside: its parameters ``names`` their
+    local shares, ``num_experts`` ``local`` (``skipped``: choices of index ``local`` are "not here",
+    Hugging Face's contract, which its batched kernels follow with ``_is_expert_parallel``)."""
+    held = {n: module._parameters[n] for n in names}
+    flag = getattr(module, "_is_expert_parallel", None)
+    try:
+        for n, p in held.items():
+            module._parameters[n] = p.to_local() if hasattr(p, "to_local") else p
+        module.num_experts = local
+        if skipped and flag is not None:
+            module._is_expert_parallel = True
+        yield
+    finally:
+        module._parameters.update(held)
+        module.num_experts = count
+        if flag is not None:
+            module._is_expert_parallel = flag
+
+
 def _experts(name: str, module: Any) -> Any:
     """A ParallelStyle for a mixture of experts' ``*Experts`` module (stacked weights, called with the
     tokens, each token's chosen experts and their weights): each device of the ``tp`` group holds a
@@ -146,13 +193,8 @@ def _experts(name: str, module: Any) -> Any:
     weights (each device's experts add their part) in one all-reduce in the backward pass."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor.parallel import ParallelStyle
 
-    params = dict(module.named_parameters(recurse=False))
-    count = getattr(module, "num_experts", None)
-    if not isinstance(count, int) or not params or any(p.shape[0] != count for p in params.values()):
-        raise ModelError(f"module {name!r} ({_module_class(module)}): not a mixture of experts' stacked experts")
     forward = type(module).forward
 
     class _Summed(torch.autograd.Function):
@@ -196,13 +238,10 @@ def _experts(name: str, module: Any) -> Any:
     class ExpertParallel(ParallelStyle):
         def _apply(self, module: Any, mesh: Any) -> Any:
             ways = mesh.size()
-            if count % ways:
-                raise ModelError(f"module {name!r}: {count} experts do not split over {ways} devices")
-            local, first = count // ways, mesh.get_local_rank() * (count // ways)
-            group = mesh.get_group()
-            for pname, param in params.items():
-                dt = distribute_tensor(param, mesh, [Shard(0)])
-                module.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
+            params, count = _stacked(name, module, ways, "devices")
+            local, group = count // ways, mesh.get_group()
+            first = mesh.get_local_rank() * local
+            _split_experts(module, params, mesh)
 
             def run(tokens: Any, chosen: Any, weights: Any, *args: Any, **kwargs: Any) -> Any:
                 tokens, weights = _Shared.apply(group, tokens, weights)
@@ -210,20 +249,8 @@ def _experts(name: str, module: Any) -> Any:
                 mine = (here >= 0) & (here < local)
                 here = torch.where(mine, here, torch.full_like(here, local))
                 weights = torch.where(mine, weights, torch.zeros_like(weights))  # Hugging Face's EP contract
-                held = {n: module._parameters[n] for n in params}
-                flag = getattr(module, "_is_expert_parallel", None)
-                try:  # the module's own forward, on this device's experts
-                    for n, p in held.items():
-                        module._parameters[n] = p.to_local() if hasattr(p, "to_local") else p
-                    module.num_experts = local
-                    if flag is not None:  # its batched kernels then skip the "not here" index too
-                        module._is_expert_parallel = True
+                with _local_experts(module, list(params), count, local, skipped=True):  # its own forward
                     part = forward(module, tokens, here, weights, *args, **kwargs)
-                finally:
-                    module._parameters.update(held)
-                    module.num_experts = count
-                    if flag is not None:
-                        module._is_expert_parallel = flag
                 return _Summed.apply(part, group)
 
             module.forward = run
@@ -242,20 +269,13 @@ def _experts_dp(name: str, module: Any, mesh: Any) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed._functional_collectives import all_to_all_single_autograd
-    from torch.distributed.tensor import Shard, distribute_tensor
 
-    params = dict(module.named_parameters(recurse=False))
-    count = getattr(module, "num_experts", None)
-    if not isinstance(count, int) or not params or any(p.shape[0] != count for p in params.values()):
-        raise ModelError(f"module {name!r} ({_module_class(module)}): not a mixture of experts' stacked experts")
     ways = mesh.size()
-    if count % ways:
-        raise ModelError(f"module {name!r}: {count} experts do not split over {ways} data-parallel groups")
+    params, count = _stacked(name, module, ways, "data-parallel groups")
     local, group = count // ways, mesh.get_group()
     forward = type(module).forward
+    _split_experts(module, params, mesh)
     for pname, param in params.items():
-        dt = distribute_tensor(param, mesh, [Shard(0)])
-        module.register_parameter(pname, torch.nn.Parameter(dt, requires_grad=param.requires_grad))
         if param.requires_grad:  # every group's tokens add to it: averaged as data parallelism averages
             module._parameters[pname].register_hook(lambda g: g / ways)
 
@@ -270,16 +290,9 @@ def _experts_dp(name: str, module: Any, mesh: Any) -> None:
         take = got.view(ways, local).sum(1).tolist()
         arrived = all_to_all_single_autograd(tokens[order // k], take, send, group)
         mine = torch.repeat_interleave(torch.arange(local, device=got.device).repeat(ways), got)
-        held = {n: module._parameters[n] for n in params}
-        try:  # the module's own forward on this group's experts, one choice per row, weight 1
-            for n, p in held.items():
-                module._parameters[n] = p.to_local() if hasattr(p, "to_local") else p
-            module.num_experts = local
-            ones = torch.ones(len(mine), 1, dtype=weights.dtype, device=weights.device)
+        ones = torch.ones(len(mine), 1, dtype=weights.dtype, device=weights.device)
+        with _local_experts(module, list(params), count, local, skipped=False):  # one choice per row
             done = forward(module, arrived, mine[:, None], ones, *args, **kwargs)
-        finally:
-            module._parameters.update(held)
-            module.num_experts = count
         back = all_to_all_single_autograd(done.contiguous(), send, take, group)
         placed = torch.empty_like(back).index_copy(0, order, back)  # each choice's result, in (token, k) order
         return (placed.view(rows, k, -1) * weights[..., None].to(placed.dtype)).sum(1).to(tokens.dtype)
