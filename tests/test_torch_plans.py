@@ -411,3 +411,23 @@ def test_other_mixture_of_experts_families_split_over_their_experts(tmp_path) ->
         cases.append((entry, exported))
     for (entry, _), report in zip(cases, check_plans(cases, 2, timeout=600), strict=True):
         assert report.ok, (entry, report.to_dict()["checks"])
+
+
+def test_a_module_that_is_not_stacked_experts_is_a_one_line_error() -> None:
+    """Splitting over the experts needs a module whose every parameter is stacked over them and an
+    expert count the split divides: otherwise a one-line error naming the module."""
+    torch = pytest.importorskip("torch")
+    from stratopt.torch.apply import _stacked
+
+    class Experts(torch.nn.Module):
+        def __init__(self, count: int, rows: int) -> None:
+            super().__init__()
+            self.num_experts = count
+            self.gate_up_proj = torch.nn.Parameter(torch.zeros(rows, 4, 2))
+
+    params, count = _stacked("layers.0.mlp.experts", Experts(4, 4), 2, "devices")
+    assert count == 4 and list(params) == ["gate_up_proj"]
+    with pytest.raises(ModelError, match=r"'layers\.0\.mlp\.experts': 3 experts do not split over 2 devices"):
+        _stacked("layers.0.mlp.experts", Experts(3, 3), 2, "devices")
+    with pytest.raises(ModelError, match="not a mixture of experts' stacked experts"):
+        _stacked("layers.0.mlp", Experts(4, 5), 2, "devices")
