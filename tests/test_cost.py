@@ -235,6 +235,27 @@ def test_default_edge_prices_the_fan_out_to_more_devices():
     assert profile.edge(first, out, by_batch, second, use, batch_only)[0, 0] == 0.0  # the same tiles
 
 
+def test_a_gather_inside_each_data_parallel_group_stays_on_the_node():
+    """A tensor split over its rows 8 ways and its features 4 ways (32 devices, four nodes of 8),
+    read with its features whole: each group of 4 that shares a row split gathers its own tile, on
+    a node's links, so the edge costs what one such group's gather costs alone (before, the 32
+    devices made it a transfer across nodes)."""
+    from stratopt.cost.default import DefaultProfile, exchanging
+
+    profile = DefaultProfile(DATASHEET_H100)
+    shape = (64, 512, 1024)
+    spread = profile.relayout_cost(
+        shape, np.array([[8, 4, 1]]), np.array([[8, 1, 1]]), (np.array([32]), np.array([32]))
+    )
+    alone = profile.relayout_cost(
+        (8, 512, 1024), np.array([[1, 4, 1]]), np.array([[1, 1, 1]]), (np.array([4]), np.array([4]))
+    )
+    assert spread[0, 0] == pytest.approx(alone[0, 0]) and spread[0, 0] > 0.0
+    assert exchanging(np.array([[8, 4, 1]]), np.array([[8, 1, 1]]))[0, 0] == 4
+    # a split the two sides make differently from the first dimension on: all their devices
+    assert exchanging(np.array([[4, 8, 1]]), np.array([[8, 1, 1]]))[0, 0] == 32
+
+
 def test_a_norms_weights_have_their_gradient_reduced():
     """A layer norm with a scale and a shift, its rows split over 4 devices (data parallelism):
     its gradient-sync phase is a ring all-reduce of those 2 x 1024 values over the 4 replicas (a

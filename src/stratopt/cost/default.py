@@ -334,8 +334,9 @@ class DefaultProfile(EdgePricing):
         return np.where(spread, fanned, self.words_cost(words, src, dst))
 
     def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        group = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
-        # Forward activation and backward gradient: two messages.
+        """Forward activation and backward gradient: two messages, among the devices that exchange
+        them (:func:`exchanging`)."""
+        group = exchanging(src, dst)
         return 2.0 * self.links.transfer(words * self.dtype_bytes, group) * _US
 
     def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> VertexCosts:
@@ -379,3 +380,20 @@ class DefaultProfile(EdgePricing):
             f"HBM {m.hbm_gbps:g} GB/s, {m.devices_per_node} per node, {m.intra_gbps:g}/{m.inter_gbps:g} GB/s), "
             f"{self.dtype_bytes}-byte values"
         )
+
+
+def exchanging(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """How many devices exchange a tensor's pieces between the producer's splits ``src`` and the
+    consumer's ``dst`` (one row per layout; a (Ku, Kv) matrix): the larger side's devices, less the
+    tensor's outer splits the two share. A split both sides make alike on the tensor's first
+    dimensions (the batch, split over the data-parallel groups) cuts the re-layout into independent
+    groups of devices that lie next to each other (feature axes innermost), each moving its own
+    tile: a tensor-parallel group's gather inside a node, not a transfer across all the devices."""
+    total = np.maximum(np.prod(src, axis=1)[:, None], np.prod(dst, axis=1)[None, :])
+    shared = np.ones(total.shape)
+    alike = np.ones(total.shape, dtype=bool)  # the first dimensions so far split alike
+    for i in range(src.shape[1]):
+        a, b = src[:, i][:, None], dst[:, i][None, :]
+        alike &= a == b
+        shared = np.where(alike, shared * a, shared)
+    return total / shared
