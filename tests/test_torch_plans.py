@@ -27,7 +27,7 @@ from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
 
-from .test_torchplan import expert_split, mixed_mlp, split_heads
+from .test_torchplan import expert_split, mixed_mlp, sequence_split, split_heads
 
 MODELS = [
     "stratopt.importers.hf:gpt2",
@@ -83,6 +83,9 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     if world == 2:  # Megatron's attention: the heads split through the views and the rotary embedding
         split = dataclasses.replace(megatron.plan, assignment=split_heads(megatron, 2))
         out.append((llama, "megatron-heads", ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
+        # and sequence parallelism: norms and residual stream split over the sequence between the blocks' modules
+        split = dataclasses.replace(megatron.plan, assignment=sequence_split(megatron, 2))
+        out.append((llama, "sequence", ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
     mixtral = "stratopt.importers.hf:mixtral"
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan(mixtral, 1, world, simulate=False, expressible="torch")

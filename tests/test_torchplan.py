@@ -110,6 +110,85 @@ def split_heads(result, tp: int):
     return tuple(int(c) for c in found.assignment)
 
 
+def sequence_split(result, tp: int):
+    """Megatron's blocks with sequence parallelism on a ``1 x tp`` mesh (nothing sharded or
+    recomputed): q, k, v, gate and up column-parallel, o and down row-parallel, every block's norms
+    ``SequenceParallel`` and its residual additions split over the sequence ``tp`` ways, the final
+    norm (the model's output) whole, the rest as the restricted DP decides within the pairs that run."""
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import _config, restricted_costs
+    from stratopt.problem import FORBIDDEN
+    from stratopt.solvers import solve
+
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+    costs = restricted_costs(costing, 1, tp)
+    column, row = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"), ("o_proj", "down_proj")
+    out = []
+    for v, op in enumerate(ops):
+        node = np.array(costs[v], dtype=np.float64)
+        last = op.name.rsplit(".", 1)[-1]
+        residual = op.name.startswith("layers.") and last.startswith("add") and op.name.count(".") == 2
+        for c in range(len(node)):
+            config = _config(costing, v, c)
+            kind = style(op, config, batches[op.name], 1, tp)
+            wanted = {
+                last in column: kind == "colwise",
+                last in row: kind == "rowwise",
+                op.op == "norm": kind == ("replicate" if op.name == "norm" else "sequence"),
+                residual: kind == "free" and config[op.axes[1]] == tp,
+            }.get(True, True)
+            if costing.is_sharded(v, c) or costing.is_recomputed(v, c) or not wanted:
+                node[c] = FORBIDDEN
+        out.append(node)
+    pairs = handed_on(costing)
+    problem = costing.problem.replace(node_costs=out).forbid({e: pairs.full(e) for e in pairs.allowed})
+    found = solve(problem, "dp")
+    assert found.assignment is not None
+    return tuple(int(c) for c in found.assignment)
+
+
+def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() -> None:
+    """Norms and residual additions split over the sequence keep that split between the modules
+    that hand it on (row-parallel products reduce-scatter, the embedding slices its output) and the
+    ones that gather it (column-parallel products, the final norm whole); PyTorch runs that as
+    priced (nothing run whole), with each module's collectives as DTensor issues them."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import as_run, module_placements
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    split = sequence_split(result, 2)
+    assert as_run(result.costing, split, 1, 2) == split
+    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
+    norm = placed["layers.0.input_layernorm"]
+    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("sequence", "sequence", "sequence", 1)
+    assert norm.collectives["backward"] == {"all_reduce": 1} and not norm.collectives["forward"]
+    down = placed["layers.1.mlp.down_proj"]
+    assert down.output == "sequence" and down.collectives["forward"] == {"reduce_scatter": 1}
+    assert down.collectives["backward"] == {"all_gather": 1}
+    gate = placed["layers.1.mlp.gate_proj"]
+    assert gate.input == "sequence" and gate.collectives == {
+        "forward": {"all_gather": 1},
+        "backward": {"reduce_scatter": 1},
+    }
+    assert placed["embed_tokens"].output == "sequence" and placed["norm"].input == "sequence"
+    assert placed["norm"].collectives["forward"] == {"all_gather": 1}
+    # the final norm split too (the model's output, which its caller reads whole) runs whole, the stream kept
+    ops = result.costing.graph.operators
+    last = next(v for v, op in enumerate(ops) if op.name == "norm")
+    config = result.costing.configs[last][split[last]]
+    twin = next(
+        c
+        for c, row in enumerate(result.costing.configs[last])
+        if list(row) == [config[0], 2, 1]
+        and not result.costing.is_sharded(last, c)
+        and not result.costing.is_recomputed(last, c)
+    )
+    assert twin != split[last] and as_run(result.costing, (*split[:last], twin, *split[last + 1 :]), 1, 2) == split
+
+
 def test_megatron_attention_splits_the_heads_through_views_and_rotary_tables() -> None:
     """A view that splits the width into heads passes a split of the heads (the importer's reshape
     is one operator: PyTorch's view moves no data), and the rotary tables the attention reads whole
@@ -279,11 +358,11 @@ def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
 def test_the_pairs_dtensor_runs_as_priced() -> None:
     """``handed_on``: on every edge, a split made by an operator without weights reaches its reader
     split the same way, and one read split by an operator without weights was made split: Megatron's
-    attention passes every edge, the row-parallel projections feeding split heads do not, nor does
-    the MLP product reading the whole gate beside the split up projection."""
+    attention passes every edge, the row-parallel projections feeding split heads do not."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import as_run
     from stratopt.problem import evaluate
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
@@ -301,16 +380,28 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
 
     heads = split_heads(result, 2)
     assert refused(heads) == [] and refused(result.plan.assignment) == []
-    assert refused(mixed_mlp(result)) == ["layers.0.mlp.gate_proj -> layers.0.mlp.mul"]
+    # a module may hand its output on split (sliced, as sequence parallelism's stream): whether the
+    # split runs is the whole layout's matter (as_run runs this MLP's product whole)
+    assert refused(mixed_mlp(result)) == []
     a = list(heads)
     for v, op in enumerate(costing.graph.operators):
         if op.name == "layers.0.self_attn.q_proj":
             a[v] = costing.problem.labels[v].index(f"{op.attrs['k'][0]}2")
-    assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
-    assert pairs.permits(heads) and not pairs.permits(tuple(a))
+    # a row-parallel q handing split heads on: the pair may run (a module may hand its output on
+    # split, as sequence parallelism's stream), but not this layout: PyTorch runs the heads whole
+    assert refused(tuple(a)) == [] and pairs.permits(heads)
+    ran = as_run(costing, tuple(a), 1, 2)
+    view = next(v for v, op in enumerate(costing.graph.operators) if op.name == "layers.0.self_attn.view")
+    assert ran[view] != a[view]
     forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
-    assert not evaluate(forbidding, tuple(a)).feasible
+    # a split made by an operator without weights and read whole by another stays refused
+    b = list(heads)
+    for v, op in enumerate(costing.graph.operators):
+        if op.name == "layers.0.self_attn.transpose":
+            b[v] = next(c for c, label in enumerate(costing.problem.labels[v]) if label == "1")
+    assert "layers.0.self_attn.view -> layers.0.self_attn.transpose" in refused(tuple(b))
+    assert not evaluate(forbidding, tuple(b)).feasible
 
 
 def expert_split(result, ways: int, *, sharded: bool | None = None):

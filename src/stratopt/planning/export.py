@@ -44,7 +44,7 @@ from stratopt.problem import read_json
 
 FORMAT, VERSION = "stratopt-plan", 3
 PHASES = ("forward", "backward", "recompute")
-STYLES = ("replicate", "colwise", "rowwise", "vocab", "expert", "expert-dp")
+STYLES = ("replicate", "colwise", "rowwise", "vocab", "expert", "expert-dp", "sequence")
 
 __all__ = ["ExportedPlan", "load_plan", "operator_splits", "plan_from_dict"]
 
@@ -308,8 +308,10 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
         if not isinstance(entry.get("fsdp"), bool):
             raise ModelError(f"{where}: 'fsdp' must be true or false")
         for key in ("input", "output"):
-            if entry.get(key, "replicate") not in ("shard", "replicate"):
-                raise ModelError(f"{where}: {key!r} must be 'shard' or 'replicate'")
+            if entry.get(key, "replicate") not in ("shard", "replicate", "sequence"):
+                raise ModelError(f"{where}: {key!r} must be 'shard', 'replicate' or 'sequence'")
+        if "sequence" in (entry.get("input"), entry.get("output")) and not _count(entry.get("sequence_dim")):
+            raise ModelError(f"{where}: a 'sequence' layout needs 'sequence_dim', the dimension it splits")
         params = entry.get("params", [])
         if not (isinstance(params, list) and all(isinstance(x, str) for x in params)):
             raise ModelError(f"{where}: 'params' must be a list of parameter names, got {params!r}")

@@ -48,7 +48,7 @@ def handed_on(costing: Any) -> Pairs:
     tensors they are handed, so a tensor split beyond the batch where it is made and whole where it
     is read needs a module to make it (DTensor gathers a column-parallel output), one whole where it
     is made and split where it is read needs a module to read it (a row-parallel module takes its
-    slice), and one split on both sides must need no re-layout on the way. A mixture of experts'
+    slice) or to make it (hand it on split over the sequence: :mod:`~stratopt.planning.sequence`), and one split on both sides must need no re-layout on the way. A mixture of experts'
     operators (dispatch, products, combine) run in one module on one split of the experts: none of
     them makes or takes a split the others do not, but for the all-to-all between tokens split over
     the data-parallel groups and experts split over them (:func:`_all_to_all`). Computed over
@@ -70,9 +70,11 @@ def handed_on(costing: Any) -> Pairs:
         if not made.any() and not taken.any():
             continue
         ok = np.ones((len(made), len(taken)), dtype=bool)
-        if not _lays_out(ops[u]):
+        if not _lays_out(ops[u]) and not _lays_out(ops[w]):
+            # (a module may gather a split it reads, or hand its output on split over the sequence:
+            # reduce-scattered, or sliced; which of those run is the strategy's whole layout's
+            # matter, :func:`~stratopt.planning.torchplan.as_run`)
             ok &= ~(made[:, None] & ~taken[None, :])
-        if not _lays_out(ops[w]):
             ok &= ~(~made[:, None] & taken[None, :])
         both = made[:, None] & taken[None, :]
         if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):

@@ -58,6 +58,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import block_of, blocks, checkpointed, tails
+from stratopt.planning.sequence import SequenceLayouts, sequence_layouts, sequence_norm, sequenced
 from stratopt.problem import FORBIDDEN
 
 __all__ = [
@@ -92,11 +93,14 @@ class ModulePlacement:
     #: Whether a checkpointed block's re-run runs the module's product again (False: the re-run
     #: stops before it, :func:`~stratopt.planning.recompute.tails`).
     rerun: bool = True
+    #: The dimension a ``sequence`` input or output splits (:mod:`~stratopt.planning.sequence`).
+    sequence_dim: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
         parameters as a list and ``held`` as ``held_elements`` (``rerun`` only where it is false)."""
-        skip = ("module", "held") if not self.rerun else ("module", "held", "rerun")
+        skip = ["module", "held"] + ([] if not self.rerun else ["rerun"])
+        skip += [] if "sequence" in (self.input, self.output) else ["sequence_dim"]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
@@ -134,6 +138,8 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
         return "free"
     if model == 1:
         return "replicate"
+    if sequence_norm(op, config, batch, tp):
+        return "sequence"
     attrs = op.attrs
     weights = [i for i in op.inputs if i.param and len(i.use.shape) > 1]  # a bias beside them follows n
     if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or len(weights) != 1:
@@ -230,7 +236,9 @@ def module_placements(
     but for the weight gradients' reduction over the data-parallel replicas, once a step (gradients
     accumulate locally, as a pipeline stage accumulates them)."""
     ops = costing.graph.operators
-    styles, out_edges, in_edges, _, shard_out = _laid_out(costing, assignment, dp, tp)
+    laid = _laid_out(costing, assignment, dp, tp)
+    styles, out_edges, in_edges, _, shard_out = laid
+    seq = _sequence(costing, assignment, tp, laid)
     reaches: set[int] = set()  # the row-parallel modules that read a split activation
     for v in shard_out:
         todo, seen = [v], {v}
@@ -251,6 +259,7 @@ def module_placements(
             p = _placement(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
+            p = sequenced(p, seq.taken.get(v), seq.members.get(v, seq.made.get(v)))
             p = _recomputing(p, bool(op.attrs.get("tied")), v not in tail) if block_of(p.module) in again else p
             synced = dp > 1 and not p.fsdp and not op.attrs.get("tied") and p.tp != "expert-dp"
             out.append(_per_step(p, microbatches, synced))
@@ -283,6 +292,25 @@ def _laid_out(
     return styles, out_edges, in_edges, regions, shard_out
 
 
+def _sequence(costing: Any, assignment: tuple[int, ...], tp: int, laid: tuple[Any, ...]) -> SequenceLayouts:
+    """The sequence-parallel parts of ``assignment`` (:func:`~stratopt.planning.sequence.sequence_layouts`)
+    from what :func:`_laid_out` found."""
+    styles, out_edges, in_edges, regions, shard_out = laid
+    inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
+    batches = batch_axes(costing.graph)
+    return sequence_layouts(
+        costing,
+        assignment,
+        styles,
+        batches,
+        lambda v: _config(costing, v, assignment[v]),
+        out_edges,
+        in_edges,
+        inside,
+        tp,
+    )
+
+
 def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple[int, ...]:
     """``assignment`` as PyTorch runs it on a ``dp x tp`` mesh: an operator without weights that the
     plan splits over the tensor-parallel devices but that lies in no split region (between a
@@ -290,12 +318,14 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
     tensors the modules around it hand it, every tensor-parallel device the same work: its
     configuration with only its batch split (the same recomputation; a mixture of experts'
     operators keep their expert split). Elsewhere the same."""
-    styles, _, _, regions, shard_out = _laid_out(costing, assignment, dp, tp)
+    laid = _laid_out(costing, assignment, dp, tp)
+    styles, _, _, regions, shard_out = laid
     inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
+    kept = _sequence(costing, assignment, tp, laid).members
     batches = batch_axes(costing.graph)
     out = list(assignment)
     for v, style in styles.items():
-        if style != "free" or v in inside:
+        if style not in ("free", "sequence") or v in inside or v in kept:
             continue
         op, rows = costing.graph.operators[v], costing.configs[v]
         # a mixture of experts' dispatch, activation and combine split over the experts run inside
@@ -304,10 +334,10 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
         config = rows[assignment[v]]
         if all(config[i] == 1 for i in range(len(op.axes)) if i not in keep):
             continue
-        again = costing.is_recomputed(v, assignment[v])
+        again, sharded = costing.is_recomputed(v, assignment[v]), costing.is_sharded(v, assignment[v])
         for c, row in enumerate(rows):
             whole = all(row[i] == (config[i] if i in keep else 1) for i in range(len(op.axes)))
-            if whole and costing.is_recomputed(v, c) == again:
+            if whole and costing.is_recomputed(v, c) == again and costing.is_sharded(v, c) == sharded:
                 out[v] = c
                 break
     return tuple(out)

@@ -85,24 +85,32 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
     kind = entry["tp"]
     if kind == "expert":
         return _experts(name, module)
-    out = Shard(-1) if entry.get("output") == "shard" else Replicate()
-    into = Shard(-1) if entry.get("input") == "shard" else Replicate()
+    if kind == "sequence":
+        from torch.distributed.tensor.parallel import SequenceParallel
+
+        return SequenceParallel(sequence_dim=entry["sequence_dim"], use_local_output=False)
+    seq = Shard(entry.get("sequence_dim", 1))  # split over the sequence: DTensors of the whole shape
+    out = Shard(-1) if entry.get("output") == "shard" else seq if entry.get("output") == "sequence" else Replicate()
+    into = Shard(-1) if entry.get("input") == "shard" else seq if entry.get("input") == "sequence" else Replicate()
+    summed: dict[str, Any] = (
+        {"output_layouts": seq, "use_local_output": False} if entry.get("output") == "sequence" else {}
+    )
     nn = torch.nn
     if isinstance(module, nn.Embedding):
         if kind == "vocab":
-            return RowwiseParallel(input_layouts=Replicate())
+            return RowwiseParallel(input_layouts=Replicate(), **summed)
         if kind == "colwise":
             return ColwiseParallel(output_layouts=out)
     elif isinstance(module, nn.Linear):
         if kind == "colwise":
-            return ColwiseParallel(output_layouts=out)
+            return ColwiseParallel(input_layouts=into, output_layouts=out)
         if kind == "rowwise":
-            return RowwiseParallel(input_layouts=into)
+            return RowwiseParallel(input_layouts=into, **summed)
     elif _module_class(module) == "Conv1D" and getattr(module, "weight", None) is not None:
         if kind == "colwise":
-            return _conv1d(ColwiseParallel, output_layouts=out)
+            return _conv1d(ColwiseParallel, input_layouts=into, output_layouts=out)
         if kind == "rowwise":
-            return _conv1d(RowwiseParallel, input_layouts=into)
+            return _conv1d(RowwiseParallel, input_layouts=into, **summed)
     raise ModelError(f"module {name!r} ({_module_class(module)}): DTensor has no {kind} style for it")
 
 
@@ -300,6 +308,43 @@ def _experts_dp(name: str, module: Any, mesh: Any) -> None:
     module.forward = run
 
 
+def _sequence_ends(module: Any, entry: dict[str, Any], mesh: Any) -> None:
+    """A module with whole weights that reads a tensor split over the sequence gathers it first (its
+    input a DTensor: ``full_tensor``); one that hands its output on split so takes its device's slice
+    (a DTensor of the whole shape, as every sequence-parallel operator reads it)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    if entry.get("input") == "sequence":
+
+        def gather(_module: Any, args: Any, kwargs: Any) -> Any:
+            def whole(x: Any) -> Any:
+                return x.full_tensor() if isinstance(x, DTensor) else x
+
+            return tuple(whole(a) for a in args), {k: whole(v) for k, v in kwargs.items()}
+
+        module.register_forward_pre_hook(gather, with_kwargs=True)
+    if entry.get("output") == "sequence":
+        placement = [Shard(entry["sequence_dim"])]
+
+        def cut(_module: Any, _args: Any, output: Any) -> Any:
+            return DTensor.from_local(output, mesh, [Replicate()], run_check=False).redistribute(mesh, placement)
+
+        module.register_forward_hook(cut)
+
+
+def _summed_weights(module: Any) -> None:
+    """A sequence-parallel norm's weights are whole on every device of the group and each device's
+    tokens add their part of the gradient (DTensor leaves it a partial sum): all-reduced over the
+    group as the backward pass reaches it, so that every device steps with the whole gradient."""
+    from torch.distributed.tensor import Replicate
+
+    for param in module.parameters(recurse=False):
+        if param.requires_grad:
+            param.register_hook(
+                lambda g: g.redistribute(g.device_mesh, [Replicate()]) if g.placements[0].is_partial() else g
+            )
+
+
 def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int, gate: list[bool]) -> None:
     """Average the gradients of one module's ``params`` over the data-parallel ``group`` in one
     all-reduce, once the last of them is accumulated (a bucket per module, as DDP buckets them);
@@ -415,6 +460,11 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
         parallelize_module(model, mesh["tp"], styles)
         done.styles.update({name: type(s).__name__ for name, s in styles.items()})
+    for name, entry in exported.modules.items():  # whole modules at the ends of a sequence split
+        if entry["tp"] == "replicate" and "sequence" in (entry.get("input"), entry.get("output")):
+            _sequence_ends(modules[name], entry, mesh["tp"])
+        elif entry["tp"] == "sequence" and tp > 1:
+            _summed_weights(modules[name])
     if exported.recompute:
         from torch.distributed._composable import checkpoint
 

@@ -238,7 +238,8 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
         placed = plan.modules.get(module)
         share = 1.0
         if placed is not None:
-            split = placed["tp"] != "replicate" and not (placed["tp"] == "rowwise" and pname == "bias")
+            whole = ("replicate", "sequence")  # a sequence-parallel norm's weights are whole on each device
+            split = placed["tp"] not in whole and not (placed["tp"] == "rowwise" and pname == "bias")
             share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
             if placed["tp"] == "expert-dp":  # the experts split over the data-parallel groups
                 share = 1.0 / dp

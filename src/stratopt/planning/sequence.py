@@ -1,0 +1,181 @@
+"""Sequence parallelism as DTensor runs it: norms and the residual stream split over the
+tensor-parallel group along one axis their weights do not have (the sequence), between the
+modules that hand them that split and the ones that gather it back.
+
+A norm whose split beyond the batch is one axis its weights lack, ``tp`` ways, runs as
+``SequenceParallel`` (its weights whole on every device of the group, its input and output
+DTensors split along that dimension). Operators without weights may keep such a split between
+them (the residual additions) when every tensor they read comes from such an operator, from a
+sequence norm, or from a module that hands its output on split that way: a row-parallel product
+or a vocabulary-split embedding reduce-scatter their partial sums (``RowwiseParallel`` with
+``output_layouts=Shard(d)``), a module whose output is whole takes its device's slice. Every
+reader must be another of them, a sequence norm, or a module that reads the tensor whole, which
+gathers it (``ColwiseParallel`` with ``input_layouts=Shard(d)``; a whole module gathers it before
+it runs). The split tensors travel as DTensors with the whole shape, so that a model's code that
+reads sizes from them (attention's heads, position ids) reads the sizes it was written for.
+:func:`sequence_layouts` finds them in a strategy; what does not hold runs whole
+(:func:`~stratopt.planning.torchplan.as_run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Operator
+
+__all__ = ["SequenceLayouts", "sequence_layouts", "sequence_norm", "sequenced"]
+
+#: Module styles that read their input whole (and so may gather a sequence split).
+_WHOLE_INPUT = ("colwise", "replicate")
+#: Module styles that may hand their output on split over the sequence (a reduce-scatter of partial
+#: sums, or a slice of a whole output).
+_HANDS_ON = ("rowwise", "vocab", "replicate")
+
+
+def sequence_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: int) -> bool:
+    """Whether norm ``op`` under ``config`` splits one axis its weights lack (beyond ``batch``)
+    ``tp`` ways and nothing else beyond the batch: ``SequenceParallel``'s form."""
+    if op.op != "norm" or tp == 1:
+        return False
+    weights = {a for i in op.inputs if i.param for group in i.use.dims for a in group}
+    rest = {a: c for a, c in config.items() if a not in batch and c > 1}
+    return len(rest) == 1 and math.prod(rest.values()) == tp and not set(rest) & weights
+
+
+@dataclass
+class SequenceLayouts:
+    """A strategy's sequence-parallel parts: ``members`` the operators that keep the split (free
+    operators and sequence norms) with the dimension of their output it splits, ``made`` the
+    modules that hand one on (their output dimension), ``taken`` the modules that gather one
+    (their input's dimension)."""
+
+    members: dict[int, int] = field(default_factory=dict)
+    made: dict[int, int] = field(default_factory=dict)
+    taken: dict[int, int] = field(default_factory=dict)
+
+
+def _split_dim(op: Operator, use: Any, config: dict[str, int], batch: Sequence[str]) -> int | None:
+    """The one dimension of tensor ``use`` that ``op`` splits beyond its batch (None: none, or more)."""
+    dims = [i for i, group in enumerate(use.dims) if any(config.get(a, 1) > 1 and a not in batch for a in group)]
+    return dims[0] if len(dims) == 1 else None
+
+
+def sequence_layouts(
+    costing: Any,
+    assignment: Sequence[int],
+    styles: dict[int, str],
+    batches: dict[str, Any],
+    config: Any,
+    out_edges: dict[int, list[tuple[int, int]]],
+    in_edges: dict[int, list[tuple[int, int]]],
+    inside: set[int],
+    tp: int,
+) -> SequenceLayouts:
+    """The operators of ``assignment`` that run sequence-parallel (see the module's docstring):
+    ``styles`` each operator's DTensor style, ``config(v)`` its split as a dict, ``inside`` the
+    operators of the column-parallel regions (split along the features, not the sequence)."""
+    ops, edges, problem = costing.graph.operators, costing.edges, costing.problem
+
+    def cost(e: int) -> float:
+        u, w, _ = edges[e]
+        return float(problem.edge_cost(e)[assignment[u], assignment[w]])
+
+    def dim_in(w: int, e: int) -> int | None:
+        return _split_dim(ops[w], ops[w].inputs[edges[e][2]].use, config(w), batches[ops[w].name])
+
+    candidates: dict[int, int] = {}
+    for v, op in enumerate(ops):
+        if v in inside or not out_edges.get(v):
+            continue
+        if styles[v] == "sequence" or (
+            styles[v] == "free"
+            and math.prod(c for a, c in config(v).items() if a not in batches[op.name]) == tp
+            and tp > 1
+        ):
+            d = _split_dim(op, op.outputs[0], config(v), batches[op.name]) if op.outputs else None
+            if d is not None:
+                candidates[v] = d
+
+    def style(v: int) -> str:  # a sequence norm dropped runs whole (as_run), as a whole module
+        return "replicate" if styles[v] == "sequence" and v not in candidates else styles[v]
+
+    while True:  # drop what does not hold until everything left does
+        bad = set()
+        for v in candidates:
+            for u, e in in_edges.get(v, []):
+                if u in candidates:
+                    if cost(e) > 0.0:
+                        bad.add(v)
+                elif style(u) not in _HANDS_ON or dim_in(v, e) is None:
+                    bad.add(v)  # (the edge from a module may cost: the model prices a slice as its tile's words)
+                elif any(w not in candidates for w, _ in out_edges.get(u, [])):
+                    bad.add(v)  # a module hands its output on one way to every reader
+            for w, e in out_edges.get(v, []):
+                if w in candidates:
+                    continue
+                if style(w) not in _WHOLE_INPUT or (styles[w] != "sequence" and dim_in(w, e) is not None):
+                    bad.add(v)
+        if not bad:
+            break
+        for v in bad:
+            del candidates[v]
+    out = SequenceLayouts(members=dict(candidates))
+    for v in candidates:
+        for u, e in in_edges.get(v, []):
+            if u not in candidates:
+                out.made[u] = int(dim_in(v, e) or 0)  # (not None: checked above)
+        for w, _ in out_edges.get(v, []):
+            if w not in candidates:
+                out.taken[w] = candidates[v]
+    return out
+
+
+def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
+    """A placement that reads (``taken``) or hands on (``made``) a tensor split over the sequence
+    (:mod:`~stratopt.planning.sequence`; the dimension split), with its collectives as DTensor runs
+    them: a gathering module all-gathers its input forward and reduce-scatters its input's gradient
+    (a column-parallel one's all-reduce), a row-parallel module or vocabulary-split embedding
+    reduce-scatters its partial sums (its all-reduce) and gathers their gradient, a whole module
+    slices its output (and gathers the gradient back), a sequence norm all-reduces its weights'
+    gradient over the group (each device's tokens add their part). ``placement``: a
+    :class:`~stratopt.planning.torchplan.ModulePlacement`."""
+    if placement.tp == "sequence" and made is None:
+        raise ModelError(f"module {placement.module}: a norm split over the sequence with no sequence-parallel stream")
+    if taken is None and made is None:
+        return placement
+    forward = dict(placement.collectives.get("forward", {}))
+    backward = dict(placement.collectives.get("backward", {}))
+
+    def add(counts: dict[str, int], kind: str, n: int) -> None:
+        counts[kind] = counts.get(kind, 0) + n
+
+    if placement.tp == "sequence":
+        add(backward, "all_reduce", 1)
+    else:
+        if taken is not None:
+            add(forward, "all_gather", 1)
+            if placement.tp == "colwise":
+                add(backward, "all_reduce", -1)
+                add(backward, "reduce_scatter", 1)
+        if made is not None:
+            if placement.tp in ("rowwise", "vocab"):
+                add(forward, "all_reduce", -1)
+                add(forward, "reduce_scatter", 1)
+            add(backward, "all_gather", 1)
+    dim = made if made is not None else taken
+    return dataclasses.replace(
+        placement,
+        input="sequence" if taken is not None or placement.tp == "sequence" else placement.input,
+        output="sequence" if made is not None else placement.output,
+        collectives={**placement.collectives, "forward": _nonzero(forward), "backward": _nonzero(backward)},
+        sequence_dim=int(dim if dim is not None else -1),
+    )
+
+
+def _nonzero(counts: dict[str, int]) -> dict[str, int]:
+    return {k: n for k, n in counts.items() if n}
