@@ -17,6 +17,7 @@ operator that holds weights takes a form DTensor has a style for:
   experts ``dp`` ways and nothing else, dispatch and combine keep the tokens split, the tokens sent
   to their experts all-to-all; the only operators whose split is not their batch over ``dp``), or
   whole;
+- a norm split over the sequence (``sequence``: ``SequenceParallel``, :mod:`~stratopt.planning.sequence`);
 - anything else that holds weights (convolutions, norms) whole; several operators that read one
   module's weights (a mixture of experts' up and down products) are that module once.
 
