@@ -67,15 +67,19 @@ def handed_on(costing: Any) -> Pairs:
         read = ops[w].inputs[i]
         made = _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name])
         taken = _beyond(ops[w], read.use, distinct[w], batches[ops[w].name])
+        # a split of the sequence (not the last, feature dimension) a module gathers or hands on
+        made_seq = made & ~_beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name], last=True)
+        taken_seq = taken & ~_beyond(ops[w], read.use, distinct[w], batches[ops[w].name], last=True)
         if not made.any() and not taken.any():
             continue
         ok = np.ones((len(made), len(taken)), dtype=bool)
-        if not _lays_out(ops[u]) and not _lays_out(ops[w]):
-            # (a module may gather a split it reads, or hand its output on split over the sequence:
-            # reduce-scattered, or sliced; which of those run is the strategy's whole layout's
-            # matter, :func:`~stratopt.planning.torchplan.as_run`)
-            ok &= ~(made[:, None] & ~taken[None, :])
-            ok &= ~(~made[:, None] & taken[None, :])
+        # (but a module may gather a split of the sequence it reads, or hand its output on split so:
+        # reduce-scattered or sliced; whether the stream runs is the whole layout's matter,
+        # :mod:`~stratopt.planning.sequence`)
+        if not _lays_out(ops[u]):
+            ok &= ~(made[:, None] & ~taken[None, :]) | (made_seq[:, None] & _lays_out(ops[w]))
+        if not _lays_out(ops[w]):
+            ok &= ~(~made[:, None] & taken[None, :]) | (taken_seq[None, :] & _lays_out(ops[u]))
         both = made[:, None] & taken[None, :]
         if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
             ok &= ~both  # an embedding split over its width hands on its output gathered
@@ -114,10 +118,11 @@ def _lays_out(op: Operator) -> bool:
     return _holds(op) and not op.attrs.get("units")
 
 
-def _beyond(op: Operator, use: Any, configs: np.ndarray, batch: Sequence[str]) -> np.ndarray:
-    """Per configuration of ``op``, whether it splits the tensor ``use`` over more than the batch."""
+def _beyond(op: Operator, use: Any, configs: np.ndarray, batch: Sequence[str], *, last: bool = False) -> np.ndarray:
+    """Per configuration of ``op``, whether it splits the tensor ``use`` over more than the batch
+    (``last``: its last dimension so)."""
     out = np.zeros(configs.shape[0], dtype=bool)
-    for group in use.dims:
+    for group in use.dims[-1:] if last else use.dims:
         for a in group:
             if a not in batch:
                 out |= configs[:, op.axis_index(a)] > 1
