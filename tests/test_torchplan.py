@@ -156,7 +156,7 @@ def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() 
     priced (nothing run whole), with each module's collectives as DTensor issues them."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
-    from stratopt.planning.torchplan import as_run, module_placements
+    from stratopt.planning.torchplan import as_run, module_placements, unpriced_gathers
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     split = sequence_split(result, 2)
@@ -187,6 +187,23 @@ def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() 
         and not result.costing.is_recomputed(last, c)
     )
     assert twin != split[last] and as_run(result.costing, (*split[:last], twin, *split[last + 1 :]), 1, 2) == split
+    # the first block's norm whole beside its residual addition split: the embedding hands on its
+    # output split, the whole norm gathers it (a gather no edge prices, unpriced_gathers adds it)
+    first = next(v for v, op in enumerate(ops) if op.name == "layers.0.input_layernorm")
+    rows = result.costing.configs[first]
+    whole = next(
+        c
+        for c, row in enumerate(rows)
+        if list(row) == [1, 1, 1]
+        and not result.costing.is_sharded(first, c)
+        and not result.costing.is_recomputed(first, c)
+    )
+    mixed = (*split[:first], whole, *split[first + 1 :])
+    assert as_run(result.costing, mixed, 1, 2) == mixed
+    placed = {p.module: p for p in module_placements(result.costing, mixed, 1, 2)}
+    norm = placed["layers.0.input_layernorm"]
+    assert (norm.tp, norm.input, norm.collectives["forward"]) == ("replicate", "sequence", {"all_gather": 1})
+    assert unpriced_gathers(result.costing, mixed, 1, 2) > unpriced_gathers(result.costing, split, 1, 2)
 
 
 def test_megatron_attention_splits_the_heads_through_views_and_rotary_tables() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
+from stratopt.planning.batch import batch_axes
 
 __all__ = ["SequenceLayouts", "sequence_layouts", "sequence_norm", "sequenced"]
 
@@ -66,19 +67,16 @@ def _split_dim(op: Operator, use: Any, config: dict[str, int], batch: Sequence[s
 
 
 def sequence_layouts(
-    costing: Any,
-    assignment: Sequence[int],
-    styles: dict[int, str],
-    batches: dict[str, Any],
-    config: Any,
-    out_edges: dict[int, list[tuple[int, int]]],
-    in_edges: dict[int, list[tuple[int, int]]],
-    inside: set[int],
-    tp: int,
+    costing: Any, assignment: Sequence[int], laid: tuple[Any, ...], config: Any, tp: int
 ) -> SequenceLayouts:
     """The operators of ``assignment`` that run sequence-parallel (see the module's docstring):
-    ``styles`` each operator's DTensor style, ``config(v)`` its split as a dict, ``inside`` the
-    operators of the column-parallel regions (split along the features, not the sequence)."""
+    ``laid`` what :func:`~stratopt.planning.torchplan._laid_out` found (each operator's DTensor
+    style, its outgoing and incoming edges, the column-parallel regions, split along the features
+    and not the sequence, and the modules whose region stays split), ``config(v)`` an operator's
+    split as a dict."""
+    styles, out_edges, in_edges, regions, shard_out = laid
+    inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
+    batches = batch_axes(costing.graph)
     ops, edges, problem = costing.graph.operators, costing.edges, costing.problem
 
     def cost(e: int) -> float:
@@ -104,6 +102,10 @@ def sequence_layouts(
     def style(v: int) -> str:  # a sequence norm dropped runs whole (as_run), as a whole module
         return "replicate" if styles[v] == "sequence" and v not in candidates else styles[v]
 
+    def whole_module(w: int, e: int) -> bool:
+        """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it)."""
+        return style(w) in _WHOLE_INPUT and (styles[w] == "sequence" or dim_in(w, e) is None)
+
     while True:  # drop what does not hold until everything left does
         bad = set()
         for v in candidates:
@@ -113,12 +115,10 @@ def sequence_layouts(
                         bad.add(v)
                 elif style(u) not in _HANDS_ON or dim_in(v, e) is None:
                     bad.add(v)  # (the edge from a module may cost: the model prices a slice as its tile's words)
-                elif any(w not in candidates for w, _ in out_edges.get(u, [])):
-                    bad.add(v)  # a module hands its output on one way to every reader
+                elif any(w not in candidates and not whole_module(w, f) for w, f in out_edges.get(u, [])):
+                    bad.add(v)  # a module hands its output on split to every reader: a module gathers it
             for w, e in out_edges.get(v, []):
-                if w in candidates:
-                    continue
-                if style(w) not in _WHOLE_INPUT or (styles[w] != "sequence" and dim_in(w, e) is not None):
+                if w not in candidates and not whole_module(w, e):
                     bad.add(v)
         if not bad:
             break
@@ -129,6 +129,9 @@ def sequence_layouts(
         for u, e in in_edges.get(v, []):
             if u not in candidates:
                 out.made[u] = int(dim_in(v, e) or 0)  # (not None: checked above)
+                for w, _ in out_edges.get(u, []):  # its other readers, modules, gather it
+                    if w not in candidates:
+                        out.taken[w] = out.made[u]
         for w, _ in out_edges.get(v, []):
             if w not in candidates:
                 out.taken[w] = candidates[v]

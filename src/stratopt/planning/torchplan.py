@@ -294,22 +294,8 @@ def _laid_out(
 
 
 def _sequence(costing: Any, assignment: tuple[int, ...], tp: int, laid: tuple[Any, ...]) -> SequenceLayouts:
-    """The sequence-parallel parts of ``assignment`` (:func:`~stratopt.planning.sequence.sequence_layouts`)
-    from what :func:`_laid_out` found."""
-    styles, out_edges, in_edges, regions, shard_out = laid
-    inside = set().union(*(regions[v] for v in shard_out)) if shard_out else set()
-    batches = batch_axes(costing.graph)
-    return sequence_layouts(
-        costing,
-        assignment,
-        styles,
-        batches,
-        lambda v: _config(costing, v, assignment[v]),
-        out_edges,
-        in_edges,
-        inside,
-        tp,
-    )
+    """The sequence-parallel parts of ``assignment``, from what :func:`_laid_out` found."""
+    return sequence_layouts(costing, assignment, laid, lambda v: _config(costing, v, assignment[v]), tp)
 
 
 def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple[int, ...]:
@@ -588,6 +574,10 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
             if not _relaid(costing, assignment, v, out_edges, upstream=False):
                 config = np.asarray(costing.configs[v][assignment[v]])[None, :]
                 whole = float(output_bytes(ops[v], config, element)[0]) * tp
+        elif p.input == "sequence" and not any(
+            float(costing.problem.edge_cost(e)[assignment[u], assignment[v]]) for u, e in in_edges.get(v, [])
+        ):
+            whole = sum(i.use.size for i in ops[v].inputs if not i.param and i.source is not None) * element / dp
         elif (
             p.tp == "rowwise"
             and p.input == "replicate"
