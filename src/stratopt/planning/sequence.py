@@ -106,6 +106,9 @@ def sequence_layouts(
         """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it)."""
         return style(w) in _WHOLE_INPUT and (styles[w] == "sequence" or dim_in(w, e) is None)
 
+    # a tensor no edge brings (the model's or a pipeline stage's input) arrives whole, as a plain tensor
+    for v in [v for v in candidates if any(i.source is None and not i.param for i in ops[v].inputs)]:
+        del candidates[v]
     while True:  # drop what does not hold until everything left does
         bad = set()
         for v in candidates:
