@@ -157,6 +157,7 @@ def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() 
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.torchplan import as_run, module_placements, unpriced_gathers
+    from stratopt.planning.words import describe_layers
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     split = sequence_split(result, 2)
@@ -174,6 +175,12 @@ def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() 
         "backward": {"reduce_scatter": 1},
     }
     assert placed["embed_tokens"].output == "sequence" and placed["norm"].input == "sequence"
+    words = describe_layers(result.costing.graph, result.costing.configs, split, result.costing.is_sharded)
+    assert {r["layer"]: r["how"] for r in words if r["op"] == "norm"} == {
+        "layers.*.input_layernorm": "sequence",
+        "layers.*.post_attention_layernorm": "sequence",
+        "norm": "",
+    }
     assert placed["norm"].collectives["forward"] == {"all_gather": 1}
     # the final norm split too (the model's output, which its caller reads whole) runs whole, the stream kept
     ops = result.costing.graph.operators

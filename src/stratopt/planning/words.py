@@ -26,7 +26,7 @@ def describe_layers(
 ) -> list[dict]:
     """The strategy in words, for every operator that holds weights: data-parallel degree (batch
     split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads /
-    experts), whether its weights are sharded (and, with ``recomputed``, whether its output is recomputed in
+    experts; a norm's sequence or width), whether its weights are sharded (and, with ``recomputed``, whether its output is recomputed in
     the backward pass). Operators named alike up to a layer number (``layers.3.mlp``)
     with the same words are one row (``layers.*.mlp``, with the layer numbers)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -49,6 +49,9 @@ def describe_layers(
             how = "+".join(named[g] for g in split)
             if attrs.get("lookup") and "k" in split:
                 how = "vocabulary"
+        elif tp > 1 and op.op == "norm":  # over the axes its weights have (the width), or others (the sequence)
+            scaled = {a for i in op.inputs if i.param for group in i.use.dims for a in group}
+            how = "width" if any(config[a] > 1 for a in scaled) else "sequence"
         fsdp = sharded(v, assignment[v])
         held = float(weight_tile(op, configs[v][assignment[v] : assignment[v] + 1])[0])
         divided = held < sum(i.use.size for i in op.inputs if i.param)
