@@ -86,6 +86,11 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         # and sequence parallelism: norms and residual stream split over the sequence between the blocks' modules
         split = dataclasses.replace(megatron.plan, assignment=sequence_split(megatron, 2))
         out.append((llama, "sequence", ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
+        # the stream handed on by the embedding split over its vocabulary (reduce-scattered)
+        split = dataclasses.replace(megatron.plan, assignment=sequence_split(megatron, 2, embedding="vocab"))
+        vocab = ExportedPlan.of(dataclasses.replace(megatron, plan=split))
+        assert vocab.modules["embed_tokens"]["collectives"]["forward"] == {"reduce_scatter": 1}
+        out.append((llama, "sequence-vocab", vocab))
     mixtral = "stratopt.importers.hf:mixtral"
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan(mixtral, 1, world, simulate=False, expressible="torch")

@@ -110,11 +110,12 @@ def split_heads(result, tp: int):
     return tuple(int(c) for c in found.assignment)
 
 
-def sequence_split(result, tp: int):
+def sequence_split(result, tp: int, *, embedding: str | None = None):
     """Megatron's blocks with sequence parallelism on a ``1 x tp`` mesh (nothing sharded or
     recomputed): q, k, v, gate and up column-parallel, o and down row-parallel, every block's norms
     ``SequenceParallel`` and its residual additions split over the sequence ``tp`` ways, the final
-    norm (the model's output) whole, the rest as the restricted DP decides within the pairs that run."""
+    norm (the model's output) whole, the embedding in style ``embedding`` where given, the rest as
+    the restricted DP decides within the pairs that run."""
     from stratopt.planning.batch import batch_axes
     from stratopt.planning.pairs import handed_on
     from stratopt.planning.torchplan import _config, restricted_costs
@@ -138,6 +139,7 @@ def sequence_split(result, tp: int):
                 last in row: kind == "rowwise",
                 op.op == "norm": kind == ("replicate" if op.name == "norm" else "sequence"),
                 residual: kind == "free" and config[op.axes[1]] == tp,
+                bool(op.attrs.get("lookup")) and embedding is not None: kind == embedding,
             }.get(True, True)
             if costing.is_sharded(v, c) or costing.is_recomputed(v, c) or not wanted:
                 node[c] = FORBIDDEN
