@@ -190,6 +190,7 @@ def test_sweep_records_a_failing_cell(tmp_path):
     assert records[0]["status"] == "error" and "no-such-solver" in records[0]["error"]
 
 
+@pytest.mark.slow  # (7 s, mostly Ray starting; kept out of the default run to keep CI short)
 def test_sweep_on_ray(tmp_path):
     """The same sweep as Ray remote tasks on a local Ray cluster."""
     ray = pytest.importorskip("ray")
