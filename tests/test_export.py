@@ -58,6 +58,12 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
             lambda d: d.update(mesh={"shape": [1, 4]}, modules={"fc": {"tp": "colwise", "fsdp": False, "rerun": "no"}}),
             "module 'fc': 'rerun' must be true or false",
         ),
+        (
+            lambda d: d.update(
+                mesh={"shape": [1, 4]}, modules={"fc": {"tp": "sequence", "fsdp": False, "input": "sequence"}}
+            ),
+            "module 'fc': a 'sequence' layout needs 'sequence_dim'",
+        ),
         (lambda d: d.pop("operators"), "'operators' must be a JSON object"),
         (lambda d: d["cluster"].update(nodes=0), "cluster.nodes must be a positive integer"),
         (lambda d: d["cluster"].update(devices=5), "cluster.devices is 5, not nodes x gpus_per_node"),
