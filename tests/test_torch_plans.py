@@ -27,7 +27,7 @@ from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
 
-from .test_torchplan import expert_split, mixed_mlp, sequence_split, split_heads
+from .test_torchplan import expert_split, mixed_mlp, sequence_split, split_heads, width_split
 
 MODELS = [
     "stratopt.importers.hf:gpt2",
@@ -91,6 +91,10 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         vocab = ExportedPlan.of(dataclasses.replace(megatron, plan=split))
         assert vocab.modules["embed_tokens"]["collectives"]["forward"] == {"reduce_scatter": 1}
         out.append((llama, "sequence-vocab", vocab))
+        # the stream split over the width: key and value (and query) products reading their slice
+        for name, rows in (("width", ("k_proj", "v_proj")), ("width-rows", ("q_proj", "k_proj", "v_proj"))):
+            split = dataclasses.replace(megatron.plan, assignment=width_split(megatron, 2, rows))
+            out.append((llama, name, ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
     mixtral = "stratopt.importers.hf:mixtral"
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan(mixtral, 1, world, simulate=False, expressible="torch")

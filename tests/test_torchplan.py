@@ -151,6 +151,84 @@ def sequence_split(result, tp: int, *, embedding: str | None = None):
     return tuple(int(c) for c in found.assignment)
 
 
+def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
+    """Llama's blocks with the stream split over its width on a ``1 x tp`` mesh (nothing sharded or
+    recomputed): every block's norms ``width`` and its residual additions split over their last
+    dimension ``tp`` ways, the products named in ``rows`` and o and down row-parallel (reading their
+    slice of the stream, or of the heads), the other products column-parallel, the final norm whole,
+    the rest as the restricted DP decides within the pairs that run."""
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import _config, restricted_costs
+    from stratopt.problem import FORBIDDEN
+    from stratopt.solvers import solve
+
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+    costs = restricted_costs(costing, 1, tp)
+    column = tuple(c for c in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj") if c not in rows)
+    row = ("o_proj", "down_proj", *rows)
+    out = []
+    for v, op in enumerate(ops):
+        node = np.array(costs[v], dtype=np.float64)
+        last = op.name.rsplit(".", 1)[-1]
+        residual = op.name.startswith("layers.") and last.startswith("add") and op.name.count(".") == 2
+        for c in range(len(node)):
+            config = _config(costing, v, c)
+            kind = style(op, config, batches[op.name], 1, tp)
+            wanted = {
+                last in column: kind == "colwise",
+                last in row: kind == "rowwise",
+                op.op == "norm": kind == ("replicate" if op.name == "norm" else "width"),
+                residual: kind == "free" and config[op.axes[-1]] == tp,
+            }.get(True, True)
+            if costing.is_sharded(v, c) or costing.is_recomputed(v, c) or not wanted:
+                node[c] = FORBIDDEN
+        out.append(node)
+    pairs = handed_on(costing)
+    problem = costing.problem.replace(node_costs=out).forbid({e: pairs.full(e) for e in pairs.allowed})
+    found = solve(problem, "dp")
+    assert found.assignment is not None
+    return tuple(int(c) for c in found.assignment)
+
+
+def test_width_split_stream_feeds_row_parallel_products_their_slice() -> None:
+    """Norms and residual additions split over the width: a root-mean-square norm runs on its
+    slice of every token with its weights split alike (its statistics all-reduced), the
+    column-parallel products gather the stream, the key and value products read their slice as it
+    is and reduce-scatter their partial sums into the heads' split region, o and down reduce-scatter
+    into the stream; PyTorch runs that as priced. A fused layer norm (GPT-2's) has no width form."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import _config, as_run, module_placements, unpriced_gathers
+
+    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    split = width_split(result, 2)
+    assert as_run(result.costing, split, 1, 2) == split
+    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
+    norm = placed["layers.1.input_layernorm"]
+    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", 2)
+    assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {"reduce_scatter": 1}}
+    key = placed["layers.1.self_attn.k_proj"]
+    assert (key.tp, key.input, key.output) == ("rowwise", "sequence", "shard")
+    assert key.collectives == {"forward": {"reduce_scatter": 1}, "backward": {"all_gather": 1}}
+    query = placed["layers.1.self_attn.q_proj"]
+    assert (query.tp, query.input, query.output) == ("colwise", "sequence", "shard")
+    assert query.collectives == {"forward": {"all_gather": 1}, "backward": {"reduce_scatter": 1}}
+    out = placed["layers.1.self_attn.o_proj"]
+    assert (out.input, out.output) == ("shard", "sequence") and out.collectives["forward"] == {"reduce_scatter": 1}
+    assert placed["norm"].tp == "replicate" and placed["norm"].collectives["forward"] == {"all_gather": 1}
+    assert unpriced_gathers(result.costing, split, 1, 2) == 0.0
+    # GPT-2's norms are fused layer_norm calls with a bias: DTensor gathers their input, so no width form
+    gpt2 = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch").costing
+    batches = batch_axes(gpt2.graph)
+    for v, op in enumerate(gpt2.graph.operators):
+        if op.op == "norm":
+            kinds = {style(op, _config(gpt2, v, c), batches[op.name], 1, 2) for c in range(len(gpt2.configs[v]))}
+            assert "width" not in kinds and "sequence" in kinds
+
+
 def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() -> None:
     """Norms and residual additions split over the sequence keep that split between the modules
     that hand it on (row-parallel products reduce-scatter, the embedding slices its output) and the
@@ -339,16 +417,17 @@ def test_the_runnable_estimate_of_a_module_laid_out_twice_is_still_a_figure() ->
 
 
 def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
-    """Megatron's attention on 1 x 2 with the q, k and v projections made row-parallel: their
-    outputs are all-reduced whole, so the views, rotary embedding and attention kernel between them
-    and the output projection run whole on both devices, though the plan splits them over the
-    heads. ``as_run`` says so, the runnable estimate prices it so, and the plan the search returns
-    already runs as it is split."""
+    """Megatron's attention on 1 x 2 with the q, k and v projections made whole: their outputs are
+    whole, so the views, rotary embedding and attention kernel between them and the output
+    projection run whole on both devices, though the plan splits them over the heads. ``as_run``
+    says so, the runnable estimate prices it so, and the plan the search returns already runs as it
+    is split. Made row-parallel instead, they reduce-scatter their partial sums over the heads
+    (``output: shard``), and the split attention runs as priced."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.batch import batch_axes
     from stratopt.planning.planner import runnable_time
-    from stratopt.planning.torchplan import _config, as_run, find_mesh
+    from stratopt.planning.torchplan import _config, as_run, find_mesh, module_placements
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     costing = result.costing
@@ -359,24 +438,33 @@ def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
     def split(v: int, c: int) -> int:
         return int(np.prod([n for a, n in _config(costing, v, c).items() if a not in batches[ops[v].name]]))
 
-    a = list(split_heads(result, 2))
-    for v, op in enumerate(ops):
-        if op.name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj"):
-            a[v] = next(
-                c
-                for c in range(len(costing.configs[v]))
-                if style(op, _config(costing, v, c), batches[op.name], 1, 2) == "rowwise"
-                and not costing.is_sharded(v, c)
-                and not costing.is_recomputed(v, c)
-            )
-    rowwise = tuple(a)
-    assert find_mesh(costing, rowwise, 2) == (1, 2)
-    ran = as_run(costing, rowwise, 1, 2)
+    def projections(kind: str) -> tuple[int, ...]:
+        a = list(split_heads(result, 2))
+        for v, op in enumerate(ops):
+            if op.name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj"):
+                a[v] = next(
+                    c
+                    for c in range(len(costing.configs[v]))
+                    if style(op, _config(costing, v, c), batches[op.name], 1, 2) == kind
+                    and not costing.is_sharded(v, c)
+                    and not costing.is_recomputed(v, c)
+                )
+        return tuple(a)
+
+    whole = projections("replicate")
+    assert find_mesh(costing, whole, 2) == (1, 2)
+    ran = as_run(costing, whole, 1, 2)
     between = [v for v, op in enumerate(ops) if ".self_attn." in op.name and not op.attrs.get("params")]
-    assert [v for v in range(len(ops)) if ran[v] != rowwise[v]] == between
-    assert all(split(v, rowwise[v]) == 2 and split(v, ran[v]) == 1 for v in between)
-    assert np.isclose(runnable_time(costing, rowwise, 2), runnable_time(costing, ran, 2))
-    assert not np.isclose(runnable_time(costing, rowwise, 2), costing.step_time(rowwise))
+    assert [v for v in range(len(ops)) if ran[v] != whole[v]] == between
+    assert all(split(v, whole[v]) == 2 and split(v, ran[v]) == 1 for v in between)
+    assert np.isclose(runnable_time(costing, whole, 2), runnable_time(costing, ran, 2))
+    assert not np.isclose(runnable_time(costing, whole, 2), costing.step_time(whole))
+    rowwise = projections("rowwise")
+    assert as_run(costing, rowwise, 1, 2) == rowwise
+    placed = {p.module: p for p in module_placements(costing, rowwise, 1, 2)}
+    key = placed["layers.0.self_attn.k_proj"]
+    assert (key.input, key.output) == ("replicate", "shard") and key.collectives["forward"] == {"reduce_scatter": 1}
+    assert key.collectives["backward"] == {"all_gather": 2}  # its partial sums' gradient, and its whole input's
     best = result.plan.assignment
     assert as_run(costing, best, *find_mesh(costing, best, 2)) == best
 
@@ -384,8 +472,9 @@ def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
 def test_the_pairs_dtensor_runs_as_priced() -> None:
     """``handed_on``: on every edge, a split made by an operator without weights reaches its reader
     split the same way, and one read split by an operator without weights was made split: Megatron's
-    attention passes every edge, the row-parallel projections feeding split heads do not, nor does
-    the MLP product reading the whole gate beside the split up projection."""
+    attention passes every edge, a whole projection feeding split heads does not (a row-parallel one
+    does: it reduce-scatters its partial sums), nor does the MLP product reading the whole gate
+    beside the split up projection."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.pairs import handed_on
@@ -407,10 +496,12 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     heads = split_heads(result, 2)
     assert refused(heads) == [] and refused(result.plan.assignment) == []
     assert refused(mixed_mlp(result)) == ["layers.0.mlp.gate_proj -> layers.0.mlp.mul"]
-    a = list(heads)
+    a, rowwise = list(heads), list(heads)
     for v, op in enumerate(costing.graph.operators):
         if op.name == "layers.0.self_attn.q_proj":
-            a[v] = costing.problem.labels[v].index(f"{op.attrs['k'][0]}2")
+            rowwise[v] = costing.problem.labels[v].index(f"{op.attrs['k'][0]}2")
+            a[v] = costing.problem.labels[v].index("1")  # whole
+    assert refused(tuple(rowwise)) == []
     assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
     assert pairs.permits(heads) and not pairs.permits(tuple(a))
     forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})

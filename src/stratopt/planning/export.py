@@ -44,7 +44,7 @@ from stratopt.problem import read_json
 
 FORMAT, VERSION = "stratopt-plan", 3
 PHASES = ("forward", "backward", "recompute")
-STYLES = ("replicate", "colwise", "rowwise", "vocab", "expert", "expert-dp", "sequence")
+STYLES = ("replicate", "colwise", "rowwise", "vocab", "expert", "expert-dp", "sequence", "width")
 
 __all__ = ["ExportedPlan", "load_plan", "operator_splits", "plan_from_dict"]
 

@@ -68,18 +68,22 @@ def handed_on(costing: Any) -> Pairs:
         made = _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name])
         taken = _beyond(ops[w], read.use, distinct[w], batches[ops[w].name])
         # a split of the sequence (not the last, feature dimension) a module gathers or hands on
-        made_seq = made & ~_beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name], last=True)
-        taken_seq = taken & ~_beyond(ops[w], read.use, distinct[w], batches[ops[w].name], last=True)
+        made_last = made & _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name], last=True)
+        taken_last = taken & _beyond(ops[w], read.use, distinct[w], batches[ops[w].name], last=True)
+        made_seq, taken_seq = made & ~made_last, taken & ~taken_last
         if not made.any() and not taken.any():
             continue
         ok = np.ones((len(made), len(taken)), dtype=bool)
-        # (but a module may gather a split of the sequence it reads, or hand its output on split so:
-        # reduce-scattered or sliced; whether the stream runs is the whole layout's matter,
-        # :mod:`~stratopt.planning.sequence`)
-        if not _lays_out(ops[u]):
-            ok &= ~(made[:, None] & ~taken[None, :]) | (made_seq[:, None] & _lays_out(ops[w]))
+        # (but a module may gather a split it reads, of the sequence or of the width, or hand its
+        # output on split over the sequence, reduce-scattered or sliced, or over its last dimension
+        # where it splits its input features, reduce-scattered; whether the stream or the region
+        # runs is the whole layout's matter, :mod:`~stratopt.planning.sequence`)
+        if not _lays_out(ops[u]):  # (a product gathers no split of the width: that ends a split region)
+            gathers = made_seq if ops[w].op == "gemm" else made
+            ok &= ~(made[:, None] & ~taken[None, :]) | (gathers[:, None] & _lays_out(ops[w]))
         if not _lays_out(ops[w]):
-            ok &= ~(~made[:, None] & taken[None, :]) | (taken_seq[None, :] & _lays_out(ops[u]))
+            scatters = taken_last[None, :] & _reduces(ops[u], distinct[u])[:, None]
+            ok &= ~(~made[:, None] & taken[None, :]) | ((taken_seq[None, :] | scatters) & _lays_out(ops[u]))
         both = made[:, None] & taken[None, :]
         if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
             ok &= ~both  # an embedding split over its width hands on its output gathered
@@ -109,6 +113,16 @@ def _all_to_all(u: Operator, w: Operator, made: np.ndarray, taken: np.ndarray, b
     if w.attrs.get("moe") == "combine":
         return (tu[:, None] == 1) & (xw[None, :] == 1) & (tw[None, :] == xu[:, None]) & (xu[:, None] > 1)
     return np.zeros((len(made), len(taken)), dtype=bool)
+
+
+def _reduces(op: Operator, configs: np.ndarray) -> np.ndarray:
+    """Per configuration of ``op``, whether it splits the axes a matrix product sums over (its
+    output partial sums, which a reduce-scatter may hand on split)."""
+    out = np.zeros(configs.shape[0], dtype=bool)
+    if op.op == "gemm":
+        for a in op.attrs.get("k", []):
+            out |= configs[:, op.axis_index(a)] > 1
+    return out
 
 
 def _lays_out(op: Operator) -> bool:

@@ -1,20 +1,23 @@
-"""Sequence parallelism as DTensor runs it: norms and the residual stream split over the
-tensor-parallel group along one axis their weights do not have (the sequence), between the
-modules that hand them that split and the ones that gather it back.
+"""Sequence parallelism as DTensor runs it, and its twin over the width: norms and the residual
+stream split over the tensor-parallel group along one dimension, between the modules that hand
+them that split and the ones that gather it back (or read their own slice of it).
 
-A norm whose split beyond the batch is one axis its weights lack, ``tp`` ways, runs as
-``SequenceParallel`` (its weights whole on every device of the group, its input and output
-DTensors split along that dimension). Operators without weights may keep such a split between
-them (the residual additions) when every tensor they read comes from such an operator, from a
-sequence norm, or from a module that hands its output on split that way: a row-parallel product
-or a vocabulary-split embedding reduce-scatter their partial sums (``RowwiseParallel`` with
-``output_layouts=Shard(d)``), a module whose output is whole takes its device's slice. Every
-reader must be another of them, a sequence norm, or a module that reads the tensor whole, which
-gathers it (``ColwiseParallel`` with ``input_layouts=Shard(d)``; a whole module gathers it before
-it runs). The split tensors travel as DTensors with the whole shape, so that a model's code that
-reads sizes from them (attention's heads, position ids) reads the sizes it was written for.
-:func:`sequence_layouts` finds them in a strategy; what does not hold runs whole
-(:func:`~stratopt.planning.torchplan.as_run`).
+A norm whose split beyond the batch is one axis its weights lack (the sequence), ``tp`` ways, runs
+as ``SequenceParallel`` (its weights whole on every device of the group, its input and output
+DTensors split along that dimension); one whose split is the axis its weights have (the width)
+runs with its weights split the same way (``width``: each device normalises its slice of every
+token, the statistics all-reduced over the group). Operators without weights may keep such a
+split between them (the residual additions) when every tensor they read comes from such an
+operator, from a stream norm, or from a module that hands its output on split that way: a
+row-parallel product or a vocabulary-split embedding reduce-scatter their partial sums
+(``RowwiseParallel`` with ``output_layouts=Shard(d)``), a module whose output is whole takes its
+device's slice. Every reader must be another of them, a stream norm, a module that reads the
+tensor whole, which gathers it (``ColwiseParallel`` with ``input_layouts=Shard(d)``; a whole
+module gathers it before it runs), or a row-parallel module that splits its input features the
+way the stream splits the width, which reads its own slice as it is. The split tensors travel as
+DTensors with the whole shape, so that a model's code that reads sizes from them (attention's
+heads, position ids) reads the sizes it was written for. :func:`sequence_layouts` finds them in a
+strategy; what does not hold runs whole (:func:`~stratopt.planning.torchplan.as_run`).
 """
 
 from __future__ import annotations
@@ -29,13 +32,23 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 
-__all__ = ["SequenceLayouts", "sequence_layouts", "sequence_norm", "sequenced"]
+__all__ = [
+    "STREAM_NORMS",
+    "SequenceLayouts",
+    "sequence_layouts",
+    "sequence_norm",
+    "sequenced",
+    "stream_norm",
+    "width_norm",
+]
 
 #: Module styles that read their input whole (and so may gather a sequence split).
 _WHOLE_INPUT = ("colwise", "replicate")
 #: Module styles that may hand their output on split over the sequence (a reduce-scatter of partial
 #: sums, or a slice of a whole output).
 _HANDS_ON = ("rowwise", "vocab", "replicate")
+#: The styles of norms on a split stream: over the sequence, or over the width their weights share.
+STREAM_NORMS = ("sequence", "width")
 
 
 def sequence_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: int) -> bool:
@@ -43,17 +56,43 @@ def sequence_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp
     ``tp`` ways and nothing else beyond the batch: ``SequenceParallel``'s form."""
     if op.op != "norm" or tp == 1:
         return False
-    weights = {a for i in op.inputs if i.param for group in i.use.dims for a in group}
-    rest = {a: c for a, c in config.items() if a not in batch and c > 1}
+    rest, weights = _beyond_batch(op, config, batch)
     return len(rest) == 1 and math.prod(rest.values()) == tp and not set(rest) & weights
+
+
+def stream_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: int) -> str | None:
+    """``"sequence"`` or ``"width"`` where norm ``op`` under ``config`` takes that form on a split
+    stream (:func:`sequence_norm`, :func:`width_norm`), else None."""
+    return (
+        "sequence" if sequence_norm(op, config, batch, tp) else "width" if width_norm(op, config, batch, tp) else None
+    )
+
+
+def width_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: int) -> bool:
+    """Whether norm ``op`` under ``config`` splits one axis its weights have (the width) ``tp``
+    ways and nothing else beyond ``batch``, and is a root-mean-square norm written as several
+    calls (:mod:`~stratopt.importers.trace`'s ``calls``: Hugging Face's ``LlamaRMSNorm`` and its
+    kin, one scale and no bias): the ``width`` form, weights split alike, whose operators DTensor
+    runs on the split (the statistics all-reduced forward, their gradient reduce-scattered
+    backward). A fused ``layer_norm`` has no such form: DTensor gathers its input."""
+    if op.op != "norm" or tp == 1 or int(op.attrs.get("calls", 1)) < 2 or len(op.attrs.get("params") or ()) > 1:
+        return False
+    rest, weights = _beyond_batch(op, config, batch)
+    return len(rest) == 1 and math.prod(rest.values()) == tp and set(rest) <= weights
+
+
+def _beyond_batch(op: Operator, config: dict[str, int], batch: Sequence[str]) -> tuple[dict[str, int], set[str]]:
+    """(the axes ``config`` splits beyond ``batch``, with their ways; the axes of ``op``'s weights)."""
+    weights = {a for i in op.inputs if i.param for group in i.use.dims for a in group}
+    return {a: c for a, c in config.items() if a not in batch and c > 1}, weights
 
 
 @dataclass
 class SequenceLayouts:
     """A strategy's sequence-parallel parts: ``members`` the operators that keep the split (free
     operators and sequence norms) with the dimension of their output it splits, ``made`` the
-    modules that hand one on (their output dimension), ``taken`` the modules that gather one
-    (their input's dimension)."""
+    modules that hand one on (their output dimension), ``taken`` the modules that gather one or
+    read their slice of it (their input's dimension)."""
 
     members: dict[int, int] = field(default_factory=dict)
     made: dict[int, int] = field(default_factory=dict)
@@ -90,7 +129,7 @@ def sequence_layouts(
     for v, op in enumerate(ops):
         if v in inside or not out_edges.get(v):
             continue
-        if styles[v] == "sequence" or (
+        if styles[v] in STREAM_NORMS or (
             styles[v] == "free"
             and math.prod(c for a, c in config(v).items() if a not in batches[op.name]) == tp
             and tp > 1
@@ -99,12 +138,15 @@ def sequence_layouts(
             if d is not None:
                 candidates[v] = d
 
-    def style(v: int) -> str:  # a sequence norm dropped runs whole (as_run), as a whole module
-        return "replicate" if styles[v] == "sequence" and v not in candidates else styles[v]
+    def style(v: int) -> str:  # a stream norm dropped runs whole (as_run), as a whole module
+        return "replicate" if styles[v] in STREAM_NORMS and v not in candidates else styles[v]
 
-    def whole_module(w: int, e: int) -> bool:
-        """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it)."""
-        return style(w) in _WHOLE_INPUT and (styles[w] == "sequence" or dim_in(w, e) is None)
+    def whole_module(w: int, e: int, d: int | None, source: int) -> bool:
+        """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it),
+        or a row-parallel one that reads its slice of a width norm's output split along ``d``."""
+        if style(w) == "rowwise":
+            return styles[source] == "width" and d is not None and dim_in(w, e) == d
+        return style(w) in _WHOLE_INPUT and (styles[w] in STREAM_NORMS or dim_in(w, e) is None)
 
     # a tensor no edge brings (the model's or a pipeline stage's input) arrives whole, as a plain tensor
     for v in [v for v in candidates if any(i.source is None and not i.param for i in ops[v].inputs)]:
@@ -118,10 +160,12 @@ def sequence_layouts(
                         bad.add(v)
                 elif style(u) not in _HANDS_ON or dim_in(v, e) is None:
                     bad.add(v)  # (the edge from a module may cost: the model prices a slice as its tile's words)
-                elif any(w not in candidates and not whole_module(w, f) for w, f in out_edges.get(u, [])):
+                elif any(
+                    w not in candidates and not whole_module(w, f, dim_in(v, e), u) for w, f in out_edges.get(u, [])
+                ):
                     bad.add(v)  # a module hands its output on split to every reader: a module gathers it
             for w, e in out_edges.get(v, []):
-                if w not in candidates and not whole_module(w, e):
+                if w not in candidates and not whole_module(w, e, candidates[v], v):
                     bad.add(v)
         if not bad:
             break
@@ -142,16 +186,18 @@ def sequence_layouts(
 
 
 def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
-    """A placement that reads (``taken``) or hands on (``made``) a tensor split over the sequence
-    (:mod:`~stratopt.planning.sequence`; the dimension split), with its collectives as DTensor runs
-    them: a gathering module all-gathers its input forward and reduce-scatters its input's gradient
-    (a column-parallel one's all-reduce), a row-parallel module or vocabulary-split embedding
-    reduce-scatters its partial sums (its all-reduce) and gathers their gradient, a whole module
-    slices its output (and gathers the gradient back), a sequence norm all-reduces its weights'
-    gradient over the group (each device's tokens add their part). ``placement``: a
-    :class:`~stratopt.planning.torchplan.ModulePlacement`."""
-    if placement.tp == "sequence" and made is None:
-        raise ModelError(f"module {placement.module}: a norm split over the sequence with no sequence-parallel stream")
+    """A placement that reads (``taken``) or hands on (``made``) a tensor split over the stream's
+    dimension (:mod:`~stratopt.planning.sequence`; the dimension split), with its collectives as
+    DTensor runs them: a gathering module all-gathers its input forward and reduce-scatters its
+    input's gradient (a column-parallel one's all-reduce), a row-parallel module reading its slice
+    of the width issues nothing for it (not the gather of its input's gradient a whole input needs),
+    a row-parallel module or vocabulary-split embedding reduce-scatters its partial sums (its
+    all-reduce) and gathers their gradient, a whole module slices its output (and gathers the
+    gradient back), a sequence norm all-reduces its weights' gradient over the group (each device's
+    tokens add their part), a width norm its statistics forward (each device holds a slice of
+    every token) and reduce-scatters their gradient backward. ``placement``: a :class:`~stratopt.planning.torchplan.ModulePlacement`."""
+    if placement.tp in STREAM_NORMS and made is None:
+        raise ModelError(f"module {placement.module}: a norm split over the {placement.tp} with no split stream")
     if taken is None and made is None:
         return placement
     forward = dict(placement.collectives.get("forward", {}))
@@ -162,8 +208,14 @@ def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
 
     if placement.tp == "sequence":
         add(backward, "all_reduce", 1)
+    elif placement.tp == "width":
+        add(forward, "all_reduce", 1)
+        add(backward, "reduce_scatter", 1)
     else:
-        if taken is not None:
+        if taken is not None and placement.tp == "rowwise":
+            if placement.input == "replicate" and backward.get("all_gather", 0) > int(placement.fsdp):
+                add(backward, "all_gather", -1)  # its slice read as it is: no gradient gathered back
+        elif taken is not None:
             add(forward, "all_gather", 1)
             if placement.tp == "colwise":
                 add(backward, "all_reduce", -1)
@@ -176,7 +228,7 @@ def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
     dim = made if made is not None else taken
     return dataclasses.replace(
         placement,
-        input="sequence" if taken is not None or placement.tp == "sequence" else placement.input,
+        input="sequence" if taken is not None or placement.tp in STREAM_NORMS else placement.input,
         output="sequence" if made is not None else placement.output,
         collectives={**placement.collectives, "forward": _nonzero(forward), "backward": _nonzero(backward)},
         sequence_dim=int(dim if dim is not None else -1),

@@ -17,7 +17,8 @@ operator that holds weights takes a form DTensor has a style for:
   experts ``dp`` ways and nothing else, dispatch and combine keep the tokens split, the tokens sent
   to their experts all-to-all; the only operators whose split is not their batch over ``dp``), or
   whole;
-- a norm split over the sequence (``sequence``: ``SequenceParallel``, :mod:`~stratopt.planning.sequence`);
+- a norm split over the sequence (``sequence``: ``SequenceParallel``) or over its width, its
+  weights split alike (``width``; both :mod:`~stratopt.planning.sequence`);
 - anything else that holds weights (convolutions, norms) whole; several operators that read one
   module's weights (a mixture of experts' up and down products) are that module once.
 
@@ -32,7 +33,8 @@ forward collectives (``"recompute"`` among its collectives), again in the backwa
 the activations stay split (``output: shard``) when every operator in between keeps the split as the
 plan priced it (the same ``tp`` ways, no re-layout on the way) and reads nothing else along the split
 (a rotary table broadcast over the heads is read whole); otherwise the column-parallel module
-gathers its output. The operators without weights run on what their modules
+gathers its output. A row-parallel module may open one too, its partial sums reduce-scattered over
+their last dimension (``RowwiseParallel(output_layouts=Shard(-1))``). The operators without weights run on what their modules
 hand them: the search keeps to the pairs of configurations on each edge that run as priced
 (:func:`~stratopt.planning.pairs.handed_on`: a split made or read by an operator without weights must be made and read the
 same way), and :func:`as_run` says which operators a strategy would run whole anyway (a region
@@ -59,7 +61,7 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import block_of, blocks, checkpointed, tails
-from stratopt.planning.sequence import SequenceLayouts, sequence_layouts, sequence_norm, sequenced
+from stratopt.planning.sequence import STREAM_NORMS, SequenceLayouts, sequence_layouts, sequenced, stream_norm
 from stratopt.problem import FORBIDDEN
 
 __all__ = [
@@ -139,8 +141,8 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
         return "free"
     if model == 1:
         return "replicate"
-    if sequence_norm(op, config, batch, tp):
-        return "sequence"
+    if stream := stream_norm(op, config, batch, tp):
+        return stream
     attrs = op.attrs
     weights = [i for i in op.inputs if i.param and len(i.use.shape) > 1]  # a bias beside them follows n
     if op.op != "gemm" or not {"n", "k"} <= attrs.keys() or len(weights) != 1:
@@ -312,7 +314,7 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
     batches = batch_axes(costing.graph)
     out = list(assignment)
     for v, style in styles.items():
-        if style not in ("free", "sequence") or v in inside or v in kept:
+        if style not in ("free", *STREAM_NORMS) or v in inside or v in kept:
             continue
         op, rows = costing.graph.operators[v], costing.configs[v]
         # a mixture of experts' dispatch, activation and combine split over the experts run inside
@@ -352,14 +354,15 @@ def _split_regions(
         return math.prod(c for a, c in config.items() if a not in batches[ops[v].name])
 
     def region(v: int) -> set[int] | None:
-        """The operators between column-parallel ``v`` and the row-parallel modules it feeds, when
-        the activations may stay split all the way (None otherwise)."""
+        """The operators between column-parallel ``v`` (or row-parallel ``v``, whose partial sums
+        the edges out of it split, as a reduce-scatter does) and the row-parallel modules it feeds,
+        when the activations may stay split all the way (None otherwise)."""
         seen: set[int] = set()
         todo = [v]
         while todo:
             u = todo.pop()
             for w, e in out_edges.get(u, []):
-                if cost(e, u, w) > 0.0:
+                if cost(e, u, w) > 0.0 and not (u == v and styles[v] == "rowwise"):
                     return None
                 if styles[w] == "rowwise":
                     continue
@@ -372,9 +375,10 @@ def _split_regions(
 
     regions = {}
     for v in styles:
-        if styles[v] == "colwise" and not ops[v].attrs.get("lookup"):
-            between = region(v)
-            if between is not None:
+        if styles[v] in ("colwise", "rowwise") and not ops[v].attrs.get("lookup"):
+            between = region(v)  # a row-parallel module opens one only where all it feeds lies inside
+            feeds = {w for w, _ in out_edges.get(v, [])}
+            if between is not None and (styles[v] == "colwise" or (bool(feeds) and feeds <= between)):
                 regions[v] = between
 
     # an operator in a split region must read only from split regions (or from modules that hand
@@ -512,8 +516,10 @@ def _placement(
     fsdp = owned.get(tied, False) if isinstance(tied, str) else costing.is_sharded(v, c) and dp > 1
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
-    if kind in ("rowwise", "vocab", "expert"):  # an expert split: combine's partial sums
-        forward["all_reduce"] = 1
+    if kind in ("rowwise", "vocab", "expert"):  # partial sums (an expert split: combine's), or scattered into a region
+        forward["reduce_scatter" if kind == "rowwise" and split_out else "all_reduce"] = 1
+    if kind == "rowwise" and split_out:  # and their gradient gathered
+        backward["all_gather"] = 1
     reads_data = any(i.source is not None for i in op.inputs if not i.param)
     if kind == "expert" and reads_data:  # and the tokens' gradient, dispatch's
         backward["all_reduce"] = 1
@@ -522,8 +528,8 @@ def _placement(
         fsdp = False  # its experts are on one data-parallel group each: nothing to shard or reduce
     if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
         backward["all_reduce"] = 1
-    if kind == "rowwise" and not split_in and reads_data:
-        backward["all_gather"] = 1  # a whole input split here: its gradient gathered back
+    if kind == "rowwise" and not split_in and reads_data:  # a whole input split here: its gradient gathered back
+        backward["all_gather"] = backward.get("all_gather", 0) + 1
     if kind == "colwise" and not split_out:  # ColwiseParallel hands on a whole output: it gathers
         forward["all_gather"] = 1
     if fsdp and not tied:  # a tied weight's gathers and reduction are its owner's
@@ -574,8 +580,12 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
             if not _relaid(costing, assignment, v, out_edges, upstream=False):
                 config = np.asarray(costing.configs[v][assignment[v]])[None, :]
                 whole = float(output_bytes(ops[v], config, element)[0]) * tp
-        elif p.input == "sequence" and not any(
-            float(costing.problem.edge_cost(e)[assignment[u], assignment[v]]) for u, e in in_edges.get(v, [])
+        elif (
+            p.input == "sequence"
+            and p.tp not in ("rowwise", *STREAM_NORMS)  # (a stream norm, a row-parallel reader: no gather)
+            and not any(
+                float(costing.problem.edge_cost(e)[assignment[u], assignment[v]]) for u, e in in_edges.get(v, [])
+            )
         ):
             whole = sum(i.use.size for i in ops[v].inputs if not i.param and i.source is not None) * element / dp
         elif (

@@ -95,6 +95,8 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
     summed: dict[str, Any] = (
         {"output_layouts": seq, "use_local_output": False} if entry.get("output") == "sequence" else {}
     )
+    if kind == "rowwise" and entry.get("output") == "shard":  # partial sums reduce-scattered into a split region
+        summed = {"output_layouts": Shard(-1)}
     nn = torch.nn
     if isinstance(module, nn.Embedding):
         if kind == "vocab":
@@ -332,6 +334,20 @@ def _sequence_ends(module: Any, entry: dict[str, Any], mesh: Any) -> None:
         module.register_forward_hook(cut)
 
 
+def _width_norm(torch: Any, module: Any, mesh: Any) -> None:
+    """A norm split over its width: its weights split over the group along their one dimension, as
+    its input, a DTensor of the stream split over its last dimension, is; DTensor's own operators
+    then all-reduce the statistics each device sums over its slice of every token."""
+    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
+
+    def shard(_name: str, mod: Any, mesh: Any) -> None:
+        for pname, param in list(mod.named_parameters(recurse=False)):
+            split = torch.nn.Parameter(distribute_tensor(param.data, mesh, [Shard(0)]), param.requires_grad)
+            mod.register_parameter(pname, split)
+
+    distribute_module(module, mesh, shard)
+
+
 def _summed_weights(module: Any) -> None:
     """A sequence-parallel norm's weights are whole on every device of the group and each device's
     tokens add their part of the gradient (DTensor leaves it a partial sum): all-reduced over the
@@ -453,7 +469,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         if entry["tp"] == "expert-dp":
             _experts_dp(name, modules[name], mesh["dp"])
             done.styles[name] = "expert-dp"
-    split = {n: e for n, e in exported.modules.items() if e["tp"] not in ("replicate", "expert-dp")}
+    split = {n: e for n, e in exported.modules.items() if e["tp"] not in ("replicate", "expert-dp", "width")}
     if split and tp > 1:
         from torch.distributed.tensor.parallel import parallelize_module
 
@@ -465,6 +481,9 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             _sequence_ends(modules[name], entry, mesh["tp"])
         elif entry["tp"] == "sequence" and tp > 1:
             _summed_weights(modules[name])
+        elif entry["tp"] == "width" and tp > 1:
+            _width_norm(torch, modules[name], mesh["tp"])
+            done.styles[name] = "width"
     if exported.recompute:
         from torch.distributed._composable import checkpoint
 

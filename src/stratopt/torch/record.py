@@ -3,7 +3,8 @@
 PyTorch's ``CommDebugMode`` counts them per module too, but follows the backward pass with module
 backward hooks, which refuse a model that modifies a module's output in place (Hugging Face's ResNet
 adds its shortcut into the block's output). :class:`CollectiveRecorder` instead sees every collective
-in a ``TorchDispatchMode`` (c10d's and the functional collectives DTensor issues) and attributes it
+in a ``TorchDispatchMode`` (c10d's and the functional collectives DTensor issues, those inside its
+operators too: the mode lets DTensor run first) and attributes it
 to the module running: in the forward pass the innermost module whose forward is executing; in the
 backward pass the module whose output's gradient arrived last (a hook on the output tensor), which
 is where its gathers, its input gradient's reduction and its weights' gradient reduction happen; a
@@ -95,8 +96,15 @@ class CollectiveRecorder:
 
         recorder = self
 
+        from torch.distributed.tensor import DTensor
+
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if any(issubclass(t, DTensor) for t in types):
+                    # DTensor first: it issues what its operators need (a width-split norm's
+                    # statistics all-reduced), and this mode then sees those collectives and the
+                    # local operators it runs, as CommDebugMode does
+                    return NotImplemented
                 kind = kind_of(func)
                 if kind is not None:
                     recorder._record(kind)
