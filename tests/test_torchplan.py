@@ -116,39 +116,7 @@ def sequence_split(result, tp: int, *, embedding: str | None = None):
     ``SequenceParallel`` and its residual additions split over the sequence ``tp`` ways, the final
     norm (the model's output) whole, the embedding in style ``embedding`` where given, the rest as
     the restricted DP decides within the pairs that run."""
-    from stratopt.planning.batch import batch_axes
-    from stratopt.planning.pairs import handed_on
-    from stratopt.planning.torchplan import _config, restricted_costs
-    from stratopt.problem import FORBIDDEN
-    from stratopt.solvers import solve
-
-    costing = result.costing
-    ops, batches = costing.graph.operators, batch_axes(costing.graph)
-    costs = restricted_costs(costing, 1, tp)
-    column, row = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"), ("o_proj", "down_proj")
-    out = []
-    for v, op in enumerate(ops):
-        node = np.array(costs[v], dtype=np.float64)
-        last = op.name.rsplit(".", 1)[-1]
-        residual = op.name.startswith("layers.") and last.startswith("add") and op.name.count(".") == 2
-        for c in range(len(node)):
-            config = _config(costing, v, c)
-            kind = style(op, config, batches[op.name], 1, tp)
-            wanted = {
-                last in column: kind == "colwise",
-                last in row: kind == "rowwise",
-                op.op == "norm": kind == ("replicate" if op.name == "norm" else "sequence"),
-                residual: kind == "free" and config[op.axes[1]] == tp,
-                bool(op.attrs.get("lookup")) and embedding is not None: kind == embedding,
-            }.get(True, True)
-            if costing.is_sharded(v, c) or costing.is_recomputed(v, c) or not wanted:
-                node[c] = FORBIDDEN
-        out.append(node)
-    pairs = handed_on(costing)
-    problem = costing.problem.replace(node_costs=out).forbid({e: pairs.full(e) for e in pairs.allowed})
-    found = solve(problem, "dp")
-    assert found.assignment is not None
-    return tuple(int(c) for c in found.assignment)
+    return _stream_split(result, tp, "sequence", 1, ("o_proj", "down_proj"), embedding)
 
 
 def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
@@ -157,6 +125,15 @@ def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
     dimension ``tp`` ways, the products named in ``rows`` and o and down row-parallel (reading their
     slice of the stream, or of the heads), the other products column-parallel, the final norm whole,
     the rest as the restricted DP decides within the pairs that run."""
+    return _stream_split(result, tp, "width", -1, ("o_proj", "down_proj", *rows), None)
+
+
+def _stream_split(result, tp: int, norms: str, dim: int, row: tuple[str, ...], embedding: str | None):
+    """Llama's blocks on a ``1 x tp`` mesh with the products in ``row`` row-parallel and the other
+    projections column-parallel, every block's norms in style ``norms`` and its residual additions
+    split over their axis ``dim`` ``tp`` ways (nothing sharded or recomputed), the final norm whole,
+    the embedding in style ``embedding`` where given, the rest as the restricted DP decides within
+    the pairs that run."""
     from stratopt.planning.batch import batch_axes
     from stratopt.planning.pairs import handed_on
     from stratopt.planning.torchplan import _config, restricted_costs
@@ -166,8 +143,7 @@ def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
     costing = result.costing
     ops, batches = costing.graph.operators, batch_axes(costing.graph)
     costs = restricted_costs(costing, 1, tp)
-    column = tuple(c for c in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj") if c not in rows)
-    row = ("o_proj", "down_proj", *rows)
+    column = tuple(c for c in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj") if c not in row)
     out = []
     for v, op in enumerate(ops):
         node = np.array(costs[v], dtype=np.float64)
@@ -179,8 +155,9 @@ def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
             wanted = {
                 last in column: kind == "colwise",
                 last in row: kind == "rowwise",
-                op.op == "norm": kind == ("replicate" if op.name == "norm" else "width"),
-                residual: kind == "free" and config[op.axes[-1]] == tp,
+                op.op == "norm": kind == ("replicate" if op.name == "norm" else norms),
+                residual: kind == "free" and config[op.axes[dim]] == tp,
+                bool(op.attrs.get("lookup")) and embedding is not None: kind == embedding,
             }.get(True, True)
             if costing.is_sharded(v, c) or costing.is_recomputed(v, c) or not wanted:
                 node[c] = FORBIDDEN
