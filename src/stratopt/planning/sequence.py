@@ -145,7 +145,7 @@ def sequence_layouts(
         """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it),
         or a row-parallel one that reads its slice of a width norm's output split along ``d``."""
         if style(w) == "rowwise":
-            return styles[source] == "width" and d is not None and dim_in(w, e) == d
+            return style(source) == "width" and d is not None and dim_in(w, e) == d
         return style(w) in _WHOLE_INPUT and (styles[w] in STREAM_NORMS or dim_in(w, e) is None)
 
     # a tensor no edge brings (the model's or a pipeline stage's input) arrives whole, as a plain tensor
