@@ -481,6 +481,13 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     assert refused(tuple(rowwise)) == []
     assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
     assert pairs.permits(heads) and not pairs.permits(tuple(a))
+    # a product gathers no split of the width from an operator without weights: the heads' region
+    # ends at a row-parallel product, so a column-parallel output projection reading it is refused
+    gathering = list(heads)
+    for v, op in enumerate(costing.graph.operators):
+        if op.name == "layers.0.self_attn.o_proj":
+            gathering[v] = costing.problem.labels[v].index(f"{op.attrs['n'][0]}2")
+    assert any(r.endswith("-> layers.0.self_attn.o_proj") for r in refused(tuple(gathering)))
     forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
     assert not evaluate(forbidding, tuple(a)).feasible

@@ -67,7 +67,7 @@ def handed_on(costing: Any) -> Pairs:
         read = ops[w].inputs[i]
         made = _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name])
         taken = _beyond(ops[w], read.use, distinct[w], batches[ops[w].name])
-        # a split of the sequence (not the last, feature dimension) a module gathers or hands on
+        # splits of the last (feature) dimension, and of the others (the sequence)
         made_last = made & _beyond(ops[u], ops[u].outputs[read.output], distinct[u], batches[ops[u].name], last=True)
         taken_last = taken & _beyond(ops[w], read.use, distinct[w], batches[ops[w].name], last=True)
         made_seq, taken_seq = made & ~made_last, taken & ~taken_last
