@@ -59,6 +59,10 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
             "module 'fc': 'rerun' must be true or false",
         ),
         (
+            lambda d: d.update(mesh={"shape": [1, 4]}, modules={"fc": {"tp": "rowwise", "fsdp": False, "pieces": 3}}),
+            "module 'fc': 'pieces' must be a positive integer, above 1 only on a colwise module handing on its shard",
+        ),
+        (
             lambda d: d.update(
                 mesh={"shape": [1, 4]}, modules={"fc": {"tp": "sequence", "fsdp": False, "input": "sequence"}}
             ),

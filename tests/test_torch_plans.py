@@ -443,3 +443,73 @@ def test_a_module_that_is_not_stacked_experts_is_a_one_line_error() -> None:
         _stacked("layers.0.mlp.experts", Experts(3, 3), 2, "devices")
     with pytest.raises(ModelError, match="not a mixture of experts' stacked experts"):
         _stacked("layers.0.mlp", Experts(4, 5), 2, "devices")
+
+
+_FUSED = """
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self, chunked):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.gate_up = torch.nn.Linear(32, 128)  # one weight for the gate and the up projection
+        self.down = torch.nn.Linear(64, 32)
+        self.chunked = chunked
+
+    def forward(self, x):
+        out = self.gate_up(self.norm(x))
+        gate, up = out.chunk(2, dim=-1) if self.chunked else out.split(64, dim=-1)
+        return x + self.down(torch.nn.functional.silu(gate) * up)
+
+
+class Fused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(False), Block(True)])
+        self.head = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def model():
+    torch.manual_seed(0)
+    return Fused(), (torch.randn(8, 16, 32, generator=torch.Generator().manual_seed(0)),)
+"""
+
+
+def test_a_fused_projection_splits_column_parallel_into_each_devices_share_of_every_piece(tmp_path) -> None:
+    """A product whose output the model cuts into equal pieces (a fused gate and up projection,
+    ``split`` in one block and ``chunk`` in the other; GPT-2's ``c_attn`` in the cases above) runs
+    column-parallel with its split handed on: the weight's output features interleaved, so each
+    device's output holds its share of both pieces and the model's own ``split`` cuts it at the
+    local width. Megatron's MLP on 1 x 2 and with FSDP on 2 x 2 (the fused weight sharded over its
+    input features, its bias kept whole and all-reduced): one process's loss and gradients, the
+    bytes and the collectives priced. The same plan with the interleaving dropped (a contiguous
+    column split) computes another model, and the check says so."""
+    source = tmp_path / "fused.py"
+    source.write_text(_FUSED)
+    entry = f"{source}:model"
+    cases = {}
+    for world in (2, 4):
+        result = plan(entry, 1, world, simulate=False, expressible="torch")
+        for strategy in result.baselines:
+            if strategy.name in ("megatron-tp2", "megatron-tp2-fsdp") and strategy.name.endswith("fsdp") == (
+                world == 4
+            ):
+                cases[world] = ExportedPlan.of(dataclasses.replace(result, plan=strategy))
+    for world, exported in cases.items():
+        for block in ("blocks.0", "blocks.1"):
+            fused = exported.modules[f"{block}.gate_up"]
+            assert (fused["tp"], fused["output"], fused["pieces"]) == ("colwise", "shard", 2), exported.why
+            assert exported.modules[f"{block}.down"]["tp"] == "rowwise"
+        assert exported.modules["blocks.0.gate_up"]["fsdp"] is (world == 4)
+    contiguous = copy.deepcopy(cases[2])
+    del contiguous.modules["blocks.1.gate_up"]["pieces"]  # the chunked block: each device two halves of its own
+    reports = [*check_plans([(entry, cases[2]), (entry, contiguous)], 2, timeout=600)]
+    reports += check_plans([(entry, cases[4])], 4, timeout=600)
+    assert reports[0].ok and reports[2].ok, (reports[0].to_dict()["checks"], reports[2].to_dict()["checks"])
+    assert reports[1].loss_error > 1e-3 and not reports[1].ok

@@ -677,3 +677,41 @@ def test_a_module_recomputed_in_part_is_searched_again_recomputed_whole() -> Non
             assert (after[kept] >= FORBIDDEN).all() and (after[~kept] == before[~kept]).all()
         else:
             assert (after == before).all(), names[v]
+
+
+def test_a_fused_projection_hands_on_its_pieces_only_column_parallel() -> None:
+    """GPT-2's ``c_attn`` (query, key and value in one weight, cut into three by ``split``) under
+    Megatron's attention on 1 x 2: column-parallel, its split region reaches the output projection
+    through the three pieces and the heads (``output: shard``, ``pieces: 3``: the weight laid out
+    interleaved, each device its share of every piece) and runs as priced. Row-parallel and
+    reduce-scattering instead, each device would get a contiguous share of the fused output, not
+    of every piece: no region opens there, the pieces and attention run whole (``as_run``)."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import _config, as_run, module_placements
+
+    result = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
+    assert as_run(costing, megatron, 1, 2) == megatron
+    placed = {p.module: p for p in module_placements(costing, megatron, 1, 2)}
+    fused = placed["h.0.attn.c_attn"]
+    assert (fused.tp, fused.output, fused.pieces) == ("colwise", "shard", 3)
+    assert fused.to_dict()["pieces"] == 3 and "pieces" not in placed["h.0.attn.c_proj"].to_dict()
+    pieces = [v for v, op in enumerate(ops) if op.name.startswith("h.0.attn.split")]
+    assert len(pieces) == 3 and all(ops[v].attrs["pieces"] == 3 for v in pieces)
+    rowwise = list(megatron)
+    v = next(v for v, op in enumerate(ops) if op.name == "h.0.attn.c_attn.addmm")
+    rowwise[v] = next(
+        c
+        for c in range(len(costing.configs[v]))
+        if style(ops[v], _config(costing, v, c), batches[ops[v].name], 1, 2) == "rowwise"
+        and not costing.is_sharded(v, c)
+        and not costing.is_recomputed(v, c)
+    )
+    ran = as_run(costing, tuple(rowwise), 1, 2)
+    assert all(ran[w] != rowwise[w] for w in pieces)
+    placed = {p.module: p for p in module_placements(costing, tuple(rowwise), 1, 2)}
+    assert (placed["h.0.attn.c_attn"].output, placed["h.0.attn.c_attn"].pieces) == ("replicate", 1)

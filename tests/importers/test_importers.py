@@ -496,3 +496,46 @@ def test_a_module_recorded_whole_counts_the_calls_it_makes() -> None:
     }
     # to, pow, mean, add, rsqrt, mul, to and the weight's mul: the converts count (each a dispatch)
     assert calls == {"gemm": None, "norm:norm": 8, "norm:layer": None}
+
+
+class _Pieces(torch.nn.Module):
+    """A fused projection cut into equal pieces (``split`` by size, then ``chunk``), an activation
+    cut the same way (no product made it), and a product cut into unequal pieces."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.d = d
+        self.fused = torch.nn.Linear(d, 3 * d)
+        self.pair = torch.nn.Linear(d, 2 * d)
+        self.uneven = torch.nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        q, k, v = self.fused(x).split(self.d, dim=-1)
+        gate, up = self.pair(x).chunk(2, dim=-1)
+        left, right = torch.relu(torch.cat([q, k], dim=-1)).chunk(2, dim=-1)
+        small, big = self.uneven(x).split([self.d // 2, self.d + self.d // 2], dim=-1)
+        return q * k + v + gate * up + left * right + small.sum(-1, keepdim=True) + big[..., : self.d]
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_the_pieces_of_a_fused_projection_run_along_its_output_features(tracer: str) -> None:
+    """A split or chunk of a product's output into equal pieces along its last dimension reads that
+    dimension as its own (a split over it costs no re-layout: each device may hold its share of
+    every piece) and says how many pieces; a cut of an activation no product makes, or into unequal
+    pieces, reads it whole. Each piece reads the tensor it is cut from (torch.fx's ``getitem``s were
+    once left reading nothing, the graph cut in two)."""
+    model, x = _Pieces(), torch.randn(2, 4, 16)
+    graph = _imported(model, x, tracer, "pieces")
+    ops = graph.operators
+    cuts = [
+        op
+        for op in ops
+        if op.op == "elementwise" and len(op.inputs) == 1 and op.inputs[0].use.shape[-1] > op.sizes[-1] > 1
+    ]
+    fused = [op for op in cuts if ops[graph.index[op.inputs[0].source]].op == "gemm" and op.attrs.get("pieces")]
+    assert sorted(op.attrs["pieces"] for op in fused) == [2, 2, 3, 3, 3]
+    for op in cuts:
+        last = op.inputs[0].use.dims[-1]
+        assert last == ((op.axes[-1],) if op in fused else ()), op.name
+    assert len(cuts) == 10  # the activation's two halves, the uneven pair and a slice read their whole width
+    solve_auto(build(graph, 2).problem)

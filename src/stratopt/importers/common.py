@@ -51,6 +51,31 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+def fused_pieces(
+    nodes: dict[str, Node], source: str, shape: tuple[int, ...], pieces: Sequence[tuple[int, ...]]
+) -> dict[str, int]:
+    """``{"pieces": n, "piece_dim": k}`` where a split or chunk cuts tensor ``source`` (of ``shape``)
+    into ``n`` equal ``pieces`` along its last dimension ``k`` and ``source`` is the output of a
+    product with weights (``nodes``: the nodes so far by name), through that product's own views
+    keeping its last dimension: a fused projection (GPT-2's ``c_attn``, a fused gate and up
+    projection), whose weight's output features may be laid out interleaved, each device holding
+    its share of every piece. Else nothing."""
+    rank = len(shape)
+    if not rank or len(pieces) < 2 or len(set(pieces)) != 1:
+        return {}
+    piece = pieces[0]
+    if len(piece) != rank or piece[:-1] != shape[:-1] or piece[-1] * len(pieces) != shape[-1]:
+        return {}
+    node = nodes.get(source)
+    while node is not None and node.kind in ("reshape", "view") and len(node.inputs) == 1:
+        node = nodes.get(node.inputs[0])
+    if node is None or node.kind not in ("fc", "matmul") or not node.shape or node.shape[-1] != shape[-1]:
+        return {}
+    if not any(nodes.get(x) is not None and nodes[x].kind == "param" for x in node.inputs):
+        return {}
+    return {"pieces": len(pieces), "piece_dim": rank - 1}
+
+
 def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
     """Build the operator graph of ``nodes`` (topological order); warns once listing unmapped ops."""
     by_name = {n.name: n for n in nodes}
@@ -303,12 +328,15 @@ def _emit_one(
 def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef], pw: int) -> TensorRef:
     """An elementwise-cost operator over ``n``'s output; inputs align from the right (broadcasting)."""
     axes = [f"d{i}" for i in range(len(n.shape))]
-    inputs = []
+    inputs, extra = [], {}
     for x in ins:
         t = env.get(x)
         if t is None:
             continue
         at = _aligned(tuple(t.shape), tuple(n.shape))
+        k = n.attrs.get("piece_dim")
+        if k is not None and len(t.shape) == len(n.shape) and t.shape[k] == n.attrs["pieces"] * n.shape[k]:
+            at[k], extra = k, {"pieces": int(n.attrs["pieces"])}  # each device: its share of every piece
         inputs.append((t, [[axes[j]] if j is not None else [] for j in at]))
     shape = n.shape or (1,)
     if not n.shape:
@@ -316,7 +344,15 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
     kind = "other" if n.kind in _PRODUCTS or n.kind == "other" or "why" in n.attrs else n.kind
     kind = kind if kind in ("unary", "add", "move", "other") else "move"
     (out,) = g._add(
-        kind, _safe(n.name), "elementwise", axes, shape, inputs, [(shape, [[a] for a in axes])], pointwise=pw
+        kind,
+        _safe(n.name),
+        "elementwise",
+        axes,
+        shape,
+        inputs,
+        [(shape, [[a] for a in axes])],
+        pointwise=pw,
+        attrs=extra,
     )
     return out
 

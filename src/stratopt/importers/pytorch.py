@@ -11,7 +11,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.importers.common import Node, emit, first_line
+from stratopt.importers.common import Node, emit, first_line, fused_pieces
 from stratopt.importers.trace import MOVES, trace
 
 __all__ = ["from_torch", "reference_flops"]
@@ -111,11 +111,30 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
     modules = dict(gm.named_modules())
     nodes: list[Node] = []
     weights: dict[str, str] = {}  # a weight's node, and every re-typed copy of it: the weight's node
+    cuts: dict[str, tuple[str, dict[str, int]]] = {}  # a split's or chunk's pieces: (what it cuts, fused_pieces)
     for node in gm.graph.nodes:
         start = len(nodes)
         shape = _shape(node)
         ins = [weights.get(a.name, a.name) for a in node.all_input_nodes]
+        if shape is None and node.op in ("call_function", "call_method") and ins:
+            fname = getattr(node.target, "__name__", str(node.target))
+            metas = node.meta.get("tensor_meta")
+            whole = _shape(node.all_input_nodes[0])
+            if fname in ("split", "chunk") and isinstance(metas, tuple | list) and whole is not None:
+                shapes = [tuple(int(s) for s in m.shape) for m in metas if hasattr(m, "shape")]
+                cuts[node.name] = (ins[0], fused_pieces({n.name: n for n in nodes}, ins[0], whole, shapes))
         if node.op == "output" or shape is None:
+            continue
+        if (
+            node.op == "call_function"
+            and getattr(node.target, "__name__", "") == "getitem"
+            and ins[:1]
+            and ins[0] in cuts
+        ):
+            source, pieces = cuts[ins[0]]  # a piece of a split: read from what the split cuts
+            nodes.append(Node(node.name, "move", [source], shape, {"op": "getitem", **pieces}))
+            if _scope(node):
+                nodes[-1].attrs["scope"] = _scope(node)
             continue
         if node.op == "get_attr":
             weights[node.name] = node.name

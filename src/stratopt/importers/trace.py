@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from stratopt.importers.common import Node
+from stratopt.importers.common import Node, fused_pieces
 
 __all__ = ["trace"]
 
@@ -328,6 +328,9 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             attrs["bias"], ins = ins[0], ins[1:]  # the added term: a bias where it is a weight
         if kind == "sdpa":  # q, k, v and a mask computed from the inputs; a constant mask is free
             ins = [x for x in ins if rec.live(x)]
+        if fname in ("split", "chunk") and len(ins) == 1 and shapes:
+            nodes = {n.name: n for n in rec.nodes}
+            attrs.update(fused_pieces(nodes, ins[0], shapes[0], [tuple(int(s) for s in t.shape) for t in outs]))
         rec.add(Node(rec.here(fname), kind, ins, (), attrs), outs)
 
     # Modules recorded whole: wrap their forward for the duration of the trace.

@@ -317,6 +317,11 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
             raise ModelError(f"{where}: 'params' must be a list of parameter names, got {params!r}")
         if not isinstance(entry.get("rerun", True), bool):
             raise ModelError(f"{where}: 'rerun' must be true or false")
+        pieces = entry.get("pieces", 1)
+        if not _positive_int(pieces) or (pieces > 1 and (entry["tp"], entry.get("output")) != ("colwise", "shard")):
+            raise ModelError(
+                f"{where}: 'pieces' must be a positive integer, above 1 only on a colwise module handing on its shard"
+            )
         held = entry.get("held_elements", 0.0)
         if isinstance(held, bool) or not isinstance(held, int | float) or not 0 <= held < math.inf:
             raise ModelError(f"{where}: 'held_elements' must be a non-negative number, got {held!r}")

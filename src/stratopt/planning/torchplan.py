@@ -61,6 +61,9 @@ from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import block_of, blocks, checkpointed, tails
+from stratopt.planning.regions import config_of as _config
+from stratopt.planning.regions import fused_pieces
+from stratopt.planning.regions import split_regions as _split_regions
 from stratopt.planning.sequence import STREAM_NORMS, SequenceLayouts, sequence_layouts, sequenced, stream_norm
 from stratopt.problem import FORBIDDEN
 
@@ -98,12 +101,16 @@ class ModulePlacement:
     rerun: bool = True
     #: The dimension a ``sequence`` input or output splits (:mod:`~stratopt.planning.sequence`).
     sequence_dim: int = -1
+    #: How many equal pieces the split region a column-parallel module opens cuts its output into
+    #: (a fused projection: :func:`~stratopt.planning.regions.fused_pieces`); 1: not fused.
+    pieces: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
         parameters as a list and ``held`` as ``held_elements`` (``rerun`` only where it is false)."""
         skip = ["module", "held"] + ([] if not self.rerun else ["rerun"])
         skip += [] if "sequence" in (self.input, self.output) else ["sequence_dim"]
+        skip += [] if self.pieces > 1 else ["pieces"]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
@@ -178,11 +185,6 @@ def restricted_costs(costing: Any, dp: int, tp: int, memo: dict[Any, Any] | None
     ]
 
 
-def _config(costing: Any, v: int, c: int) -> dict[str, int]:
-    op = costing.graph.operators[v]
-    return dict(zip(op.axes, (int(x) for x in costing.configs[v][c]), strict=True))
-
-
 def _read_whole(costing: Any) -> set[int]:
     """The operators whose output no operator reads: the model's outputs, which its caller (or the
     loss inside a Hugging Face model) reads whole."""
@@ -240,7 +242,7 @@ def module_placements(
     accumulate locally, as a pipeline stage accumulates them)."""
     ops = costing.graph.operators
     laid = _laid_out(costing, assignment, dp, tp)
-    styles, out_edges, in_edges, _, shard_out = laid
+    styles, out_edges, in_edges, regions, shard_out = laid
     seq = _sequence(costing, assignment, tp, laid)
     reaches: set[int] = set()  # the row-parallel modules that read a split activation
     for v in shard_out:
@@ -263,8 +265,12 @@ def module_placements(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
             p = sequenced(p, seq.taken.get(v), seq.members.get(v, seq.made.get(v)))
+            vectors = False  # a fused projection's bias, sharded by FSDP: kept whole and all-reduced instead
+            if v in shard_out and styles[v] == "colwise" and (pieces := fused_pieces(costing, regions[v])) > 1:
+                vectors = p.fsdp and any(i.param and len(i.use.shape) == 1 for i in op.inputs)
+                p = dataclasses.replace(p, pieces=pieces, collectives=_vectors_reduced(p.collectives, vectors))
             p = _recomputing(p, bool(op.attrs.get("tied")), v not in tail) if block_of(p.module) in again else p
-            synced = dp > 1 and not p.fsdp and not op.attrs.get("tied") and p.tp != "expert-dp"
+            synced = dp > 1 and (not p.fsdp or vectors) and not op.attrs.get("tied") and p.tp != "expert-dp"
             out.append(_per_step(p, microbatches, synced))
     merged: dict[str, ModulePlacement] = {}
     for p in out:
@@ -332,83 +338,6 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
     return tuple(out)
 
 
-def _split_regions(
-    costing: Any,
-    assignment: tuple[int, ...],
-    styles: dict[int, str],
-    tp: int,
-    batches: dict[str, Any],
-    out_edges: dict[int, list[tuple[int, int]]],
-    in_edges: dict[int, list[tuple[int, int]]],
-) -> tuple[dict[int, set[int]], set[int]]:
-    """(per column-parallel module, the operators between it and the row-parallel modules it feeds
-    where the activations may stay split; the modules whose region does stay split: every operator
-    in it reads only from split regions or their modules)."""
-    problem, ops = costing.problem, costing.graph.operators
-
-    def cost(e: int, u: int, w: int) -> float:
-        return float(problem.edge_cost(e)[assignment[u], assignment[w]])
-
-    def model_split(v: int) -> int:
-        config = _config(costing, v, assignment[v])
-        return math.prod(c for a, c in config.items() if a not in batches[ops[v].name])
-
-    def region(v: int) -> set[int] | None:
-        """The operators between column-parallel ``v`` (or row-parallel ``v``, whose partial sums
-        the edges out of it split, as a reduce-scatter does) and the row-parallel modules it feeds,
-        when the activations may stay split all the way (None otherwise)."""
-        seen: set[int] = set()
-        todo = [v]
-        while todo:
-            u = todo.pop()
-            for w, e in out_edges.get(u, []):
-                if cost(e, u, w) > 0.0 and not (u == v and styles[v] == "rowwise"):
-                    return None
-                if styles[w] == "rowwise":
-                    continue
-                if styles[w] != "free" or model_split(w) != tp or not out_edges.get(w):
-                    return None
-                if w not in seen:
-                    seen.add(w)
-                    todo.append(w)
-        return seen
-
-    regions = {}
-    for v in styles:
-        if styles[v] in ("colwise", "rowwise") and not ops[v].attrs.get("lookup"):
-            between = region(v)  # a row-parallel module opens one only where all it feeds lies inside
-            feeds = {w for w, _ in out_edges.get(v, [])}
-            if between is not None and (styles[v] == "colwise" or (bool(feeds) and feeds <= between)):
-                regions[v] = between
-
-    # an operator in a split region must read only from split regions (or from modules that hand
-    # them a split), or read whole what it does not split (rotary tables broadcast over the heads):
-    # a region one of whose operators also reads a whole tensor along a split axis is gathered
-    # instead, and so are the regions that read from it, until none does
-    def splits(w: int, e: int) -> bool:
-        """Whether ``w`` splits an axis of the input it reads over edge ``e`` beyond the batch."""
-        config = _config(costing, w, assignment[w])
-        split = {a for a, c in config.items() if c > 1 and a not in batches[ops[w].name]}
-        return any(a in split for group in ops[w].inputs[costing.edges[e][2]].use.dims for a in group)
-
-    shard_out = set(regions)
-    while True:
-        inside = set().union(*(regions[v] for v in shard_out))
-        bad = {
-            v
-            for v in shard_out
-            if any(
-                u not in inside and u not in shard_out and splits(w, e)
-                for w in regions[v]
-                for u, e in in_edges.get(w, [])
-            )
-        }
-        if not bad:
-            break
-        shard_out -= bad
-    return regions, shard_out
-
-
 def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     """One module whose weights several operators read (a mixture of experts' up and down products
     on its fused expert weights): PyTorch lays the module out once, so the operators must agree,
@@ -454,9 +383,19 @@ def _per_step(placement: ModulePlacement, microbatches: int, synced: bool) -> Mo
     backward = phases.get("backward", {})
     if placement.fsdp and backward.get("reduce_scatter"):
         backward["reduce_scatter"] = 1
-    elif synced:
+    if synced:
         backward["all_reduce"] -= microbatches - 1  # the data-parallel one of them, once
     return dataclasses.replace(placement, collectives=phases)
+
+
+def _vectors_reduced(collectives: dict[str, dict[str, int]], vectors: bool) -> dict[str, dict[str, int]]:
+    """``collectives`` with the data-parallel all-reduce of a fused projection's bias added where
+    FSDP leaves it out (``vectors``; :mod:`stratopt.torch.fused`)."""
+    if not vectors:
+        return collectives
+    backward = dict(collectives.get("backward", {}))
+    backward["all_reduce"] = backward.get("all_reduce", 0) + 1
+    return {**collectives, "backward": backward}
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:

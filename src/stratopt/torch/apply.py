@@ -13,6 +13,7 @@ import networkx as nx
 
 from stratopt.errors import ModelError
 from stratopt.planning.export import ExportedPlan, load_plan
+from stratopt.torch.fused import beside_pieces, fused_colwise, strided_vectors
 from stratopt.torch.selective import selective_context
 
 __all__ = ["Parallelized", "parallelize", "plan_of", "validate"]
@@ -98,6 +99,9 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
     if kind == "rowwise" and entry.get("output") == "shard":  # partial sums reduce-scattered into a split region
         summed = {"output_layouts": Shard(-1)}
     nn = torch.nn
+    fused = isinstance(module, nn.Linear) or _module_class(module) == "Conv1D"
+    if kind == "colwise" and int(entry.get("pieces", 1)) > 1 and fused:
+        return fused_colwise(name, module, int(entry["pieces"]), into)
     if isinstance(module, nn.Embedding):
         if kind == "vocab":
             return RowwiseParallel(input_layouts=Replicate(), **summed)
@@ -499,10 +503,18 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         from torch.distributed.fsdp import fully_shard
 
         sharded = [name for name, entry in exported.modules.items() if entry["fsdp"]]
+        apart_of: dict[str, list[Any]] = {}  # a fused projection's vectors: interleaved on their one dimension
         for names in tied_groups(modules, sharded):
             # modules that share a parameter (a tied embedding and output projection) shard it once, together
             group = [modules[n] for n in names]
-            fully_shard(group if len(group) > 1 else group[0], mesh=mesh["dp"])
+            vectors = {n: strided_vectors(modules[n]) for n in names}
+            apart_of.update({n: v for n, v in vectors.items() if v})
+            fully_shard(
+                group if len(group) > 1 else group[0],
+                mesh=mesh["dp"],
+                ignored_params={p for v in vectors.values() for p in v} or None,
+                shard_placement_fn=beside_pieces,
+            )
             if not prefetch:  # an explicit list turns the implicit prefetch off; itself is already gathered
                 for m in group:
                     m.set_modules_to_backward_prefetch([m])
@@ -510,12 +522,14 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         owned = set(done.sharded)
         if owned:  # the root holds the rest unsharded, so that each sharded module reshards after its forward
             kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}
+            kept |= {p for v in apart_of.values() for p in v}
             fully_shard(model, mesh=mesh["dp"], ignored_params=kept)
         group = mesh.get_group("dp")
         apart = {n for n, e in exported.modules.items() if e["tp"] == "expert-dp"}  # held once, not replicas
         for name, module in modules.items():
             params = [p for p in module.parameters(recurse=False) if p.requires_grad]
-            if params and name not in owned and name not in apart:
+            params = apart_of.get(name, []) if name in owned else params
+            if params and name not in apart:
                 _sync_gradients(torch, params, group, dp, done.sync)
                 done.synced.append(name)
     return done

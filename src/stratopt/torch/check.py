@@ -240,7 +240,9 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
         if placed is not None:
             whole = ("replicate", "sequence")  # a sequence-parallel norm's weights are whole on each device
             split = placed["tp"] not in whole and not (placed["tp"] == "rowwise" and pname == "bias")
-            share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] else 1)
+            # (a fused projection's bias stays out of FSDP: :mod:`stratopt.torch.fused`)
+            apart = placed.get("pieces", 1) > 1 and pname == "bias"
+            share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] and not apart else 1)
             if placed["tp"] == "expert-dp":  # the experts split over the data-parallel groups
                 share = 1.0 / dp
         planned += numel * found["element"] * share / plan.stages
