@@ -703,7 +703,7 @@ def test_a_fused_projection_hands_on_its_pieces_only_column_parallel() -> None:
     pieces = [v for v, op in enumerate(ops) if op.name.startswith("h.0.attn.split")]
     assert len(pieces) == 3 and all(ops[v].attrs["pieces"] == 3 for v in pieces)
     rowwise = list(megatron)
-    v = next(v for v, op in enumerate(ops) if op.name == "h.0.attn.c_attn")
+    v = next(v for v, op in enumerate(ops) if op.name == "h.0.attn.c_attn.addmm")
     rowwise[v] = next(
         c
         for c in range(len(costing.configs[v]))

@@ -257,7 +257,7 @@ _TABLES = {
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "resnet"])
 def test_every_weight_is_priced_and_named(name: str) -> None:
     """The graph holds every parameter the model has but its position tables, each under its own
-    name: linear layers' and GPT-2's Conv1D biases, norms' scales and
+    name: linear layers' and GPT-2's Conv1D biases (the term ``addmm`` adds), norms' scales and
     shifts (a batch norm's per channel, not over the batch as PaSE prices them); a tied weight
     counts once."""
     model, inputs = hf.SMALL[name]()

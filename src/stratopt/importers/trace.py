@@ -364,8 +364,7 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 rec.kind[node] = "param"
                 params.append(node)
             extra = dict(attrs)
-            if calls > 1 and kind != "fc":  # a module of several calls (an RMS norm's power, mean, root, products; a
-                # Conv1D's views around its one product are no launches of their own)
+            if calls > 1:  # a module of several calls (an RMS norm's power, mean, root, products)
                 extra["calls"] = calls
             if kind == "moe":
                 index = list(_tensors(args, torch))[1:2]
@@ -392,8 +391,6 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
             whole(mod, "moe", {"op": type(mod).__name__, "experts": [list(s) for s in experts]}, run=False)
         elif isinstance(mod, nn.Linear):
             whole(mod, "fc", {"op": "Linear"})
-        elif type(mod).__name__ == "Conv1D" and getattr(getattr(mod, "weight", None), "ndim", 0) == 2:
-            whole(mod, "fc", {"op": "Conv1D"})  # Hugging Face's linear layer with its weight stored [in, out]
         elif isinstance(mod, nn.Embedding):
             whole(mod, "embedding", {"op": "Embedding"})
         elif isinstance(mod, nn.Conv1d | nn.Conv2d) and mod.padding_mode == "zeros":
