@@ -513,3 +513,62 @@ def test_a_fused_projection_splits_column_parallel_into_each_devices_share_of_ev
     reports += check_plans([(entry, cases[4])], 4, timeout=600)
     assert reports[0].ok and reports[2].ok, (reports[0].to_dict()["checks"], reports[2].to_dict()["checks"])
     assert reports[1].loss_error > 1e-3 and not reports[1].ok
+
+
+def test_a_tied_weight_splits_one_way_over_the_tensor_parallel_devices(tmp_path) -> None:
+    """The embedding's table and the output projection that reads it are one parameter with one
+    placement: split over the width by the embedding (column-parallel) and over the input features
+    by the projection (row-parallel) it is the same split, and ``parallelize`` ties the two
+    distributed copies again (one process's loss and gradients, the table's bytes once). Split one
+    way by one and another way (or not at all) by the other, the strategy has no PyTorch form, and
+    the export says which two operators (Megatron's hand-written pattern on a tied decoder: before,
+    it ran untied, the table's gradient 80% off); a search for a plan that runs tries again with both
+    whole."""
+    from stratopt.planning.again import unsplit
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import _config, style, untied
+    from stratopt.problem import FORBIDDEN
+
+    source = tmp_path / "tied.py"
+    source.write_text(_TIED)
+    entry = f"{source}:model"
+    result = plan(entry, 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+
+    def laid(**kinds: str) -> tuple[int, ...]:  # the rest whole
+        out = []
+        for v, op in enumerate(ops):
+            out.append(
+                next(
+                    c
+                    for c in range(len(costing.configs[v]))
+                    if (
+                        style(op, _config(costing, v, c), batches[op.name], 1, 2) == kinds[op.name]
+                        if op.name in kinds
+                        else max(_config(costing, v, c).values()) == 1
+                    )
+                    and not costing.is_sharded(v, c)
+                )
+            )
+        return tuple(out)
+
+    same = laid(embed="colwise", head="rowwise")
+    assert untied(costing, same, 1, 2) == [] and find_mesh(costing, same, 2) == (1, 2)
+    other = laid(embed="replicate", head="rowwise")
+    assert untied(costing, other, 1, 2) == [0, 2]
+    assert (
+        find_mesh(costing, other, 2)
+        == "operators embed and head share a weight and split it differently over 2 devices"
+    )
+    again = unsplit(costing, [list(costing.node_costs())], other, 1, 2)
+    assert again is not None  # searched again with the table whole over the devices, for both
+    for v in (0, 2):
+        rows = [_config(costing, v, c) for c in range(len(costing.configs[v]))]
+        whole = [all(n == 1 for a, n in row.items() if a not in batches[ops[v].name]) for row in rows]
+        assert all((again[0][v][c] < FORBIDDEN) <= whole[c] for c in range(len(whole)))
+        assert not all(whole) and any(again[0][v][c] < FORBIDDEN for c in range(len(whole)))
+    exported = ExportedPlan.of(dataclasses.replace(result, plan=dataclasses.replace(result.plan, assignment=same)))
+    assert (exported.modules["embed"]["tp"], exported.modules["head"]["tp"]) == ("colwise", "rowwise")
+    report = check_plan(entry, exported, 2)
+    assert report.ok, report.to_dict()["checks"]

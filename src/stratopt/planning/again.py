@@ -11,7 +11,7 @@ import numpy as np
 
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import parted
-from stratopt.planning.torchplan import _holds, _module, as_run
+from stratopt.planning.torchplan import _holds, _module, as_run, untied
 from stratopt.problem import FORBIDDEN
 
 __all__ = ["unsplit"]
@@ -26,10 +26,14 @@ def unsplit(
     part (a mixture of experts' two products: ``fully_shard`` shards a module whole) and every
     keeping one for the products of a module it recomputes in part (selective checkpointing saves a
     module whole: :func:`~stratopt.planning.recompute.parted`), for a search again; None where
-    ``assignment`` runs as it is split, sharded and recomputed."""
+    ``assignment`` runs as it is split, sharded and recomputed. A tied weight's two operators (an
+    output projection reading the embedding's table) that split it differently over the
+    tensor-parallel devices are searched again with both whole over them
+    (:func:`~stratopt.planning.torchplan.untied`)."""
     ran = as_run(costing, assignment, dp, tp)
     moved = [v for v, (c, r) in enumerate(zip(assignment, ran, strict=True)) if c != r]
     halves, parts = _half_sharded(costing, assignment, dp), parted(costing, assignment)
+    moved += [v for v in untied(costing, assignment, dp, tp) if v not in moved]
     if not moved and not halves and not parts:
         return None
     batches, out = batch_axes(costing.graph), [list(t) for t in tables]

@@ -77,6 +77,7 @@ __all__ = [
     "restricted_costs",
     "style",
     "unpriced_gathers",
+    "untied",
 ]
 
 
@@ -204,8 +205,9 @@ def _runs(costing: Any, v: int, c: int, batches: dict[str, Any], outputs: set[in
 
 def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> tuple[int, int] | str:
     """The mesh on which DTensor runs ``assignment`` as priced, or why there is none (naming the first
-    operator that has no style on the mesh that runs the most of it, or whose recomputation no
-    checkpointed block runs)."""
+    operator that has no style on the mesh that runs the most of it, whose recomputation no
+    checkpointed block runs, or that splits a weight it shares otherwise than its owner:
+    :func:`untied`)."""
     graph, p = costing.graph, costing.policy.procs
     recomputed = checkpointed(costing, assignment)
     if isinstance(recomputed, str):
@@ -221,7 +223,12 @@ def find_mesh(costing: Any, assignment: tuple[int, ...], gpus_per_node: int) -> 
                     why, furthest = f"operator {op.name} ({label}) has no DTensor form on a {dp} x {tp} mesh", v
                 break
         else:
-            return dp, tp
+            pair = untied(costing, assignment, dp, tp)
+            if not pair:
+                return dp, tp
+            first, then = (graph.operators[v].name for v in pair[:2])
+            why = f"operators {first} and {then} share a weight and split it differently over {tp} devices"
+            break
     return why
 
 
@@ -537,3 +544,32 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
         if whole:
             total += float(links.transfer(np.asarray(whole * (tp - 1) / tp), np.asarray(tp))) * 1e6
     return total
+
+
+#: Which dimension of a module's weight as PyTorch stores it (an embedding's table ``[rows,
+#: width]``, a linear layer's ``[out, in]``) a tensor-parallel style splits.
+_TABLE_DIM = {("lookup", "vocab"): 0, ("lookup", "colwise"): 1, ("product", "colwise"): 0, ("product", "rowwise"): 1}
+
+
+def untied(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> list[int]:
+    """The operators sharing a tied weight (the embedding's table and the output projection reading
+    it) where ``assignment`` splits it over the tensor-parallel devices along different dimensions
+    (or one splits it and the other not): one parameter has one placement, so PyTorch would run
+    them untied. Those pairs are searched again with both whole over the devices."""
+    if tp == 1:
+        return []
+    ops, batches = costing.graph.operators, batch_axes(costing.graph)
+
+    def table_dim(v: int) -> int | None:
+        op = ops[v]
+        config = dict(zip(op.axes, (int(x) for x in costing.configs[v][assignment[v]]), strict=True))
+        kind = style(op, config, batches[op.name], dp, tp)
+        return _TABLE_DIM.get(("lookup" if op.attrs.get("lookup") else "product", str(kind)))
+
+    owners = {str(p): v for v, op in enumerate(ops) if not op.attrs.get("tied") for p in op.attrs.get("params") or ()}
+    out = []
+    for v, op in enumerate(ops):
+        owner = owners.get(str(op.attrs.get("tied")))
+        if owner is not None and table_dim(v) != table_dim(owner):
+            out += [owner, v]
+    return out

@@ -13,7 +13,7 @@ import networkx as nx
 
 from stratopt.errors import ModelError
 from stratopt.planning.export import ExportedPlan, load_plan
-from stratopt.torch.fused import beside_pieces, fused_colwise, strided_vectors
+from stratopt.torch.fused import beside_pieces, fused_colwise, pieces_class, strided_vectors
 from stratopt.torch.selective import selective_context
 
 __all__ = ["Parallelized", "parallelize", "plan_of", "validate"]
@@ -399,6 +399,45 @@ def _sync_gradients(torch: Any, params: list[Any], group: Any, ways: int, gate: 
         p.register_post_accumulate_grad_hook(hook)
 
 
+def _owned_output(_module: Any, _inputs: Any, output: Any) -> Any:
+    """A tensor-parallel module's local output, which DTensor hands on as a view of its own
+    (``to_local``), as a tensor of its own: model code that adds to it in place (Falcon's
+    ``mlp_output += attention_output``) may not modify that view."""
+    import torch
+
+    if isinstance(output, torch.Tensor) and not isinstance(output, pieces_class()) and output._is_view():
+        return output.clone()  # (an all-reduced output is a collective's tensor, waited for here)
+    return output
+
+
+def _shared_params(modules: dict[str, Any]) -> list[list[tuple[str, str]]]:
+    """The parameters several modules hold (a tied embedding and output projection), each as its
+    ``(module, parameter)`` names in the model's order."""
+    holders: dict[int, list[tuple[str, str]]] = {}
+    for name, module in modules.items():
+        for pname, param in module.named_parameters(recurse=False):
+            holders.setdefault(id(param), []).append((name, pname))
+    return [group for group in holders.values() if len(group) > 1]
+
+
+def _retie(modules: dict[str, Any], shared: list[list[tuple[str, str]]]) -> None:
+    """Tie each of ``shared`` again after the tensor-parallel styles laid its modules out (each
+    style makes its own distributed copy): every holder takes the first's parameter, which the plan
+    splits the same way for all of them (else a one-line :class:`ModelError`)."""
+    for (first, fname), *rest in shared:
+        param = modules[first]._parameters[fname]
+        for name, pname in rest:
+            mine = modules[name]._parameters[pname]
+            if mine is param:
+                continue
+            here, there = (getattr(p, "placements", None) for p in (param, mine))
+            if here != there:
+                raise ModelError(
+                    f"modules {first!r} and {name!r} share {fname!r}, which the plan lays out as {here} and {there}"
+                )
+            modules[name].register_parameter(pname, param)
+
+
 def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
     """``model``'s modules by name, once every module and parameter ``plan`` names is found in it
     (else a one-line :class:`ModelError` naming the first that is not)."""
@@ -478,7 +517,11 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         from torch.distributed.tensor.parallel import parallelize_module
 
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
+        shared = _shared_params(modules)
         parallelize_module(model, mesh["tp"], styles)
+        _retie(modules, shared)
+        for name in styles:
+            modules[name].register_forward_hook(_owned_output)
         done.styles.update({name: type(s).__name__ for name, s in styles.items()})
     for name, entry in exported.modules.items():  # whole modules at the ends of a sequence split
         if entry["tp"] == "replicate" and "sequence" in (entry.get("input"), entry.get("output")):
