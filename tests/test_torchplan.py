@@ -393,6 +393,35 @@ def test_the_runnable_estimate_of_a_module_laid_out_twice_is_still_a_figure() ->
     assert runnable_time(costing, a, 2) >= costing.step_time(a)
 
 
+def _megatron_on_two(model: str):
+    """(the runnable search's result for ``model`` on 1 x 2, its operators, their batch axes,
+    Megatron's hand-written strategy there), Megatron's checked to run as it is split."""
+    from stratopt.planning import plan
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import as_run
+
+    result = plan(model, 1, 2, simulate=False, expressible="torch")
+    costing = result.costing
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
+    assert as_run(costing, megatron, 1, 2) == megatron
+    return result, costing.graph.operators, batch_axes(costing.graph), megatron
+
+
+def _styled(costing, v: int, kind: str, batches) -> int:
+    """Operator ``v``'s first configuration of style ``kind`` on 1 x 2, its weights unsharded and
+    its outputs kept."""
+    from stratopt.planning.torchplan import _config
+
+    op = costing.graph.operators[v]
+    return next(
+        c
+        for c in range(len(costing.configs[v]))
+        if style(op, _config(costing, v, c), batches[op.name], 1, 2) == kind
+        and not costing.is_sharded(v, c)
+        and not costing.is_recomputed(v, c)
+    )
+
+
 def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
     """Megatron's attention on 1 x 2 with the q, k and v projections made whole: their outputs are
     whole, so the views, rotary embedding and attention kernel between them and the output
@@ -401,16 +430,11 @@ def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
     is split. Made row-parallel instead, they reduce-scatter their partial sums over the heads
     (``output: shard``), and the split attention runs as priced."""
     pytest.importorskip("transformers")
-    from stratopt.planning import plan
-    from stratopt.planning.batch import batch_axes
     from stratopt.planning.planner import runnable_time
     from stratopt.planning.torchplan import _config, as_run, find_mesh, module_placements
 
-    result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
+    result, ops, batches, _ = _megatron_on_two("stratopt.importers.hf:llama")
     costing = result.costing
-    ops, batches = costing.graph.operators, batch_axes(costing.graph)
-    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
-    assert as_run(costing, megatron, 1, 2) == megatron
 
     def split(v: int, c: int) -> int:
         return int(np.prod([n for a, n in _config(costing, v, c).items() if a not in batches[ops[v].name]]))
@@ -419,13 +443,7 @@ def test_an_operator_no_module_hands_a_shard_runs_whole() -> None:
         a = list(split_heads(result, 2))
         for v, op in enumerate(ops):
             if op.name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj"):
-                a[v] = next(
-                    c
-                    for c in range(len(costing.configs[v]))
-                    if style(op, _config(costing, v, c), batches[op.name], 1, 2) == kind
-                    and not costing.is_sharded(v, c)
-                    and not costing.is_recomputed(v, c)
-                )
+                a[v] = _styled(costing, v, kind, batches)
         return tuple(a)
 
     whole = projections("replicate")
@@ -687,15 +705,10 @@ def test_a_fused_projection_hands_on_its_pieces_only_column_parallel() -> None:
     reduce-scattering instead, each device would get a contiguous share of the fused output, not
     of every piece: no region opens there, the pieces and attention run whole (``as_run``)."""
     pytest.importorskip("transformers")
-    from stratopt.planning import plan
-    from stratopt.planning.batch import batch_axes
-    from stratopt.planning.torchplan import _config, as_run, module_placements
+    from stratopt.planning.torchplan import as_run, module_placements
 
-    result = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch")
+    result, ops, batches, megatron = _megatron_on_two("stratopt.importers.hf:gpt2")
     costing = result.costing
-    ops, batches = costing.graph.operators, batch_axes(costing.graph)
-    megatron = next(b for b in result.baselines if b.name == "megatron-tp2").assignment
-    assert as_run(costing, megatron, 1, 2) == megatron
     placed = {p.module: p for p in module_placements(costing, megatron, 1, 2)}
     fused = placed["h.0.attn.c_attn"]
     assert (fused.tp, fused.output, fused.pieces) == ("colwise", "shard", 3)
@@ -704,13 +717,7 @@ def test_a_fused_projection_hands_on_its_pieces_only_column_parallel() -> None:
     assert len(pieces) == 3 and all(ops[v].attrs["pieces"] == 3 for v in pieces)
     rowwise = list(megatron)
     v = next(v for v, op in enumerate(ops) if op.name == "h.0.attn.c_attn.addmm")
-    rowwise[v] = next(
-        c
-        for c in range(len(costing.configs[v]))
-        if style(ops[v], _config(costing, v, c), batches[ops[v].name], 1, 2) == "rowwise"
-        and not costing.is_sharded(v, c)
-        and not costing.is_recomputed(v, c)
-    )
+    rowwise[v] = _styled(costing, v, "rowwise", batches)
     ran = as_run(costing, tuple(rowwise), 1, 2)
     assert all(ran[w] != rowwise[w] for w in pieces)
     placed = {p.module: p for p in module_placements(costing, tuple(rowwise), 1, 2)}
