@@ -460,7 +460,9 @@ class Block(torch.nn.Module):
     def forward(self, x):
         out = self.gate_up(self.norm(x))
         gate, up = out.chunk(2, dim=-1) if self.chunked else out.split(64, dim=-1)
-        return x + self.down(torch.nn.functional.silu(gate) * up)
+        y = self.down(torch.nn.functional.silu(gate) * up)
+        y += x  # in place on the row-parallel output, as Falcon adds its attention output
+        return y
 
 
 class Fused(torch.nn.Module):
@@ -486,7 +488,8 @@ def test_a_fused_projection_splits_column_parallel_into_each_devices_share_of_ev
     ``split`` in one block and ``chunk`` in the other; GPT-2's ``c_attn`` in the cases above) runs
     column-parallel with its split handed on: the weight's output features interleaved, so each
     device's output holds its share of both pieces and the model's own ``split`` cuts it at the
-    local width. Megatron's MLP on 1 x 2 and with FSDP on 2 x 2 (the fused weight sharded over its
+    local width (and the row-parallel output, added to in place, is the module's own tensor, not
+    DTensor's view). Megatron's MLP on 1 x 2 and with FSDP on 2 x 2 (the fused weight sharded over its
     input features, its bias kept whole and all-reduced): one process's loss and gradients, the
     bytes and the collectives priced. The same plan with the interleaving dropped (a contiguous
     column split) computes another model, and the check says so."""
