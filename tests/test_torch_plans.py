@@ -27,7 +27,7 @@ from stratopt.planning.torchplan import find_mesh
 from stratopt.torch import check_plan
 from stratopt.torch.check import TOLERANCE, check_plans
 
-from .test_torchplan import expert_split, mixed_mlp, sequence_split, split_heads, width_split
+from .test_torchplan import expert_split, gpt2_width_split, mixed_mlp, sequence_split, split_heads, width_split
 
 MODELS = [
     "stratopt.importers.hf:gpt2",
@@ -95,6 +95,16 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
         for name, rows in (("width", ("k_proj", "v_proj")), ("width-rows", ("q_proj", "k_proj", "v_proj"))):
             split = dataclasses.replace(megatron.plan, assignment=width_split(megatron, 2, rows))
             out.append((llama, name, ExportedPlan.of(dataclasses.replace(megatron, plan=split))))
+        # GPT-2's stream split over its width: nn.LayerNorm run split, Conv1D reading it through its view
+        gpt2 = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch")
+        pattern = next(b for b in gpt2.baselines if b.name == "megatron-tp2")
+        for name, embedding in (("gpt2-width", None), ("gpt2-width-colwise", "colwise")):
+            found = gpt2_width_split(dataclasses.replace(gpt2, plan=pattern), 2, embedding)
+            split = dataclasses.replace(pattern, assignment=found)
+            out.append(("stratopt.importers.hf:gpt2", name, ExportedPlan.of(dataclasses.replace(gpt2, plan=split))))
+    if world == 2:  # BERT: position and token-type tables read at constant ids, a pooler off the loss's path
+        bert = "stratopt.importers.hf:bert"
+        out.append((bert, "bert", ExportedPlan.of(plan(bert, 1, 2, simulate=False, expressible="torch"))))
     mixtral = "stratopt.importers.hf:mixtral"
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan(mixtral, 1, world, simulate=False, expressible="torch")
@@ -190,7 +200,9 @@ def _megatron(cases: list[tuple[str, str, ExportedPlan]]) -> ExportedPlan:
 def test_every_plan_runs_as_priced(checked) -> None:
     world, cases, extra, reports = checked
     assert len(extra) == 2 * (world == 2)
-    assert {m for m, _, _ in cases} - {"stratopt.importers.hf:mixtral"} == set(_models(world))
+    assert {m for m, _, _ in cases} - {"stratopt.importers.hf:mixtral", "stratopt.importers.hf:bert"} == set(
+        _models(world)
+    )
     for (model, name, exported), report in zip(cases, reports, strict=False):
         where = f"{model} {name} at world {world}"
         assert report.loss_error <= TOLERANCE, where
@@ -244,6 +256,15 @@ def test_every_plan_runs_as_priced(checked) -> None:
                 q = exported.modules[f"{layer}.self_attn.q_proj"]
                 o = exported.modules[f"{layer}.self_attn.o_proj"]
                 assert (q["tp"], q["output"], o["tp"], o["input"]) == ("colwise", "shard", "rowwise", "shard")
+            assert not exported.recompute and all(r["match"] for r in report.collectives), name
+        elif (
+            name == "bert"
+        ):  # every table priced (a lookup each), and the pooler's bytes held though it has no gradient
+            assert {"embeddings.position_embeddings", "embeddings.token_type_embeddings"} <= set(exported.modules)
+            assert report.checks["parameter bytes"] and report.priced_bytes == report.param_bytes[0], name
+        elif name.startswith("gpt2-width"):  # every block's nn.LayerNorm split over the width, as priced
+            norms = [e for n, e in exported.modules.items() if ".ln_" in n]
+            assert len(norms) == 4 and all(e["tp"] == "width" for e in norms), name
             assert not exported.recompute and all(r["match"] for r in report.collectives), name
         elif name.startswith("moe"):
             experts = [e for n, e in exported.modules.items() if n.endswith("mlp.experts")]

@@ -128,12 +128,39 @@ def width_split(result, tp: int, rows: tuple[str, ...] = ("k_proj", "v_proj")):
     return _stream_split(result, tp, "width", -1, ("o_proj", "down_proj", *rows), None)
 
 
-def _stream_split(result, tp: int, norms: str, dim: int, row: tuple[str, ...], embedding: str | None):
-    """Llama's blocks on a ``1 x tp`` mesh with the products in ``row`` row-parallel and the other
-    projections column-parallel, every block's norms in style ``norms`` and its residual additions
-    split over their axis ``dim`` ``tp`` ways (nothing sharded or recomputed), the final norm whole,
-    the embedding in style ``embedding`` where given, the rest as the restricted DP decides within
-    the pairs that run."""
+def gpt2_width_split(result, tp: int, embedding: str | None = None):
+    """GPT-2's blocks on a ``1 x tp`` mesh with the stream split over its width (:func:`_stream_split`):
+    its norms ``width``, ``c_attn`` and ``c_fc`` column-parallel, both ``c_proj`` row-parallel,
+    starting from the embeddings' sum (both embeddings in style ``embedding`` where given).
+    ``result``: a plan whose ``plan`` is Megatron's."""
+    return _stream_split(result, tp, "width", -1, ("c_proj",), embedding, **GPT2_NAMES)
+
+
+#: GPT-2's modules as :func:`_stream_split` names them: the column-parallel projections (the fused
+#: query, key and value one among them), the blocks' prefix, the final norm and the stream's start
+#: (the token and position embeddings added).
+GPT2_NAMES = {"column": ("c_attn", "c_fc"), "block": "h.", "final": "ln_f", "start": "add_1"}
+
+
+def _stream_split(
+    result,
+    tp: int,
+    norms: str,
+    dim: int,
+    row: tuple[str, ...],
+    embedding: str | None,
+    *,
+    column: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"),
+    block: str = "layers.",
+    final: str = "norm",
+    start: str = "",
+):
+    """A decoder's blocks (Llama's names unless told) on a ``1 x tp`` mesh with the products of the
+    modules in ``row`` row-parallel and those in ``column`` column-parallel, every block's norms in
+    style ``norms`` and its residual additions split over their axis ``dim`` ``tp`` ways (nothing
+    sharded or recomputed), the final norm whole, the embedding in style ``embedding`` where given,
+    the operator named ``start`` split as the residual additions, the rest as the restricted DP
+    decides within the pairs that run."""
     from stratopt.planning.batch import batch_axes
     from stratopt.planning.pairs import handed_on
     from stratopt.planning.torchplan import _config, restricted_costs
@@ -143,19 +170,22 @@ def _stream_split(result, tp: int, norms: str, dim: int, row: tuple[str, ...], e
     costing = result.costing
     ops, batches = costing.graph.operators, batch_axes(costing.graph)
     costs = restricted_costs(costing, 1, tp)
-    column = tuple(c for c in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj") if c not in row)
+    column = tuple(c for c in column if c not in row)
     out = []
     for v, op in enumerate(ops):
         node = np.array(costs[v], dtype=np.float64)
         last = op.name.rsplit(".", 1)[-1]
-        residual = op.name.startswith("layers.") and last.startswith("add") and op.name.count(".") == 2
+        residual = op.name.startswith(block) and last.startswith("add") and op.name.count(".") == 2
+        residual = residual or op.name == start
+        # a product of a module named (Hugging Face's Conv1D names its product after its module's addmm)
+        named = set(op.name.split(".")) if op.op == "gemm" and op.attrs.get("params") else set()
         for c in range(len(node)):
             config = _config(costing, v, c)
             kind = style(op, config, batches[op.name], 1, tp)
             wanted = {
-                last in column: kind == "colwise",
-                last in row: kind == "rowwise",
-                op.op == "norm": kind == ("replicate" if op.name == "norm" else norms),
+                bool(named & set(column)): kind == "colwise",
+                bool(named & set(row)): kind == "rowwise",
+                op.op == "norm": kind == ("replicate" if op.name == final else norms),
                 residual: kind == "free" and config[op.axes[dim]] == tp,
                 bool(op.attrs.get("lookup")) and embedding is not None: kind == embedding,
             }.get(True, True)
@@ -174,18 +204,17 @@ def test_width_split_stream_feeds_row_parallel_products_their_slice() -> None:
     slice of every token with its weights split alike (its statistics all-reduced), the
     column-parallel products gather the stream, the key and value products read their slice as it
     is and reduce-scatter their partial sums into the heads' split region, o and down reduce-scatter
-    into the stream; PyTorch runs that as priced. A fused layer norm (GPT-2's) has no width form."""
+    into the stream; PyTorch runs that as priced."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
-    from stratopt.planning.batch import batch_axes
-    from stratopt.planning.torchplan import _config, as_run, module_placements, unpriced_gathers
+    from stratopt.planning.torchplan import as_run, module_placements, unpriced_gathers
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     split = width_split(result, 2)
     assert as_run(result.costing, split, 1, 2) == split
     placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
     norm = placed["layers.1.input_layernorm"]
-    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", 2)
+    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", -1)
     assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {"reduce_scatter": 1}}
     key = placed["layers.1.self_attn.k_proj"]
     assert (key.tp, key.input, key.output) == ("rowwise", "sequence", "shard")
@@ -197,13 +226,39 @@ def test_width_split_stream_feeds_row_parallel_products_their_slice() -> None:
     assert (out.input, out.output) == ("shard", "sequence") and out.collectives["forward"] == {"reduce_scatter": 1}
     assert placed["norm"].tp == "replicate" and placed["norm"].collectives["forward"] == {"all_gather": 1}
     assert unpriced_gathers(result.costing, split, 1, 2) == 0.0
-    # GPT-2's norms are fused layer_norm calls with a bias: DTensor gathers their input, so no width form
-    gpt2 = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch").costing
-    batches = batch_axes(gpt2.graph)
-    for v, op in enumerate(gpt2.graph.operators):
-        if op.op == "norm":
-            kinds = {style(op, _config(gpt2, v, c), batches[op.name], 1, 2) for c in range(len(gpt2.configs[v]))}
-            assert "width" not in kinds and "sequence" in kinds
+
+
+def test_a_layer_norm_splits_over_its_width_and_conv1d_reads_the_stream_through_its_view() -> None:
+    """GPT-2's blocks with the stream split over its width: its norms are ``nn.LayerNorm`` (one
+    fused call, a scale and a shift), which run split as :mod:`stratopt.torch.norms` runs them (two
+    sums all-reduced each way); its projections are ``Conv1D`` modules, whose first operator is the
+    view that flattens the stream, through which they gather it. The stream starts where the
+    token and position embeddings (the positions' table a lookup of its own) are added."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import as_run, module_placements, unpriced_gathers
+
+    result = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch")
+    megatron = next(b for b in result.baselines if b.name == "megatron-tp2")
+    split = gpt2_width_split(dataclasses.replace(result, plan=megatron), 2)
+    assert as_run(result.costing, split, 1, 2) == split
+    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
+    norm = placed["h.1.ln_2"]
+    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", -1)
+    assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {"all_reduce": 1}}
+    fused = placed["h.1.attn.c_attn"]
+    assert (fused.tp, fused.input, fused.output, fused.pieces) == ("colwise", "sequence", "shard", 3)
+    assert fused.collectives == {"forward": {"all_gather": 1}, "backward": {"reduce_scatter": 1}}
+    down = placed["h.1.mlp.c_proj"]
+    assert (down.tp, down.input, down.output, down.sequence_dim) == ("rowwise", "shard", "sequence", -1)
+    assert {placed["wte"].output, placed["wpe"].output} == {"sequence"}
+    assert unpriced_gathers(result.costing, split, 1, 2) == 0.0
+    # embeddings split over the width hand their split on as it is (not gathered, as elsewhere)
+    split = gpt2_width_split(dataclasses.replace(result, plan=megatron), 2, "colwise")
+    assert as_run(result.costing, split, 1, 2) == split
+    table = {p.module: p for p in module_placements(result.costing, split, 1, 2)}["wte"]
+    assert (table.tp, table.output, table.sequence_dim) == ("colwise", "sequence", -1)
+    assert table.collectives == {"forward": {}, "backward": {}}
 
 
 def test_sequence_parallel_blocks_keep_the_stream_split_between_their_modules() -> None:

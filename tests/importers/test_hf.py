@@ -246,24 +246,15 @@ def test_bad_configs_are_one_line(tmp_path, capsys, spec, message) -> None:
     assert len(err) == 1 and message.split("'")[0].strip() in err[0]
 
 
-#: Learned position (and token-type) tables, read at constant positions: folded into constants
-#: (a lookup off the batch's path is not yet an operator the data-parallel patterns replicate).
-_TABLES = {
-    "gpt2": {"wpe.weight"},
-    "bert": {"embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"},
-}
-
-
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "resnet"])
 def test_every_weight_is_priced_and_named(name: str) -> None:
-    """The graph holds every parameter the model has but its position tables, each under its own
-    name: linear layers' and GPT-2's Conv1D biases (the term ``addmm`` adds), norms' scales and
-    shifts (a batch norm's per channel, not over the batch as PaSE prices them); a tied weight
-    counts once."""
+    """The graph holds every parameter the model has, each under its own name: linear layers' and
+    GPT-2's Conv1D biases (the term ``addmm`` adds), norms' scales and shifts (a batch norm's per
+    channel, not over the batch as PaSE prices them), learned position and token-type tables read
+    at constant ids (lookups the samples share, once folded into constants); a tied weight counts once."""
     model, inputs = hf.SMALL[name]()
     graph = from_torch(model, inputs, name=name)
-    tables = _TABLES.get(name, set())
-    params = {n: p.numel() for n, p in model.named_parameters() if n not in tables}
+    params = {n: p.numel() for n, p in model.named_parameters()}
     held = sum(i.use.size for op in graph.operators if not op.attrs.get("tied") for i in op.inputs if i.param)
     assert held == sum(params.values())
     assert {n for op in graph.operators for n in op.attrs.get("params") or ()} == set(params)

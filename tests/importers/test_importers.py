@@ -539,3 +539,36 @@ def test_the_pieces_of_a_fused_projection_run_along_its_output_features(tracer: 
         assert last == ((op.axes[-1],) if op in fused else ()), op.name
     assert len(cuts) == 10  # the activation's two halves, the uneven pair and a slice read their whole width
     solve_auto(build(graph, 2).problem)
+
+
+class _Positions(torch.nn.Module):
+    """Token and learned position embeddings added (the positions a buffer: constant ids), then
+    PyTorch's ``LayerNorm``, a subclass of it that normalises in its own forward, and ``RMSNorm``."""
+
+    class Upcast(torch.nn.LayerNorm):
+        def forward(self, x):
+            return super().forward(x.float()).to(x.dtype)
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(50, d), torch.nn.Embedding(12, d)
+        self.layer, self.upcast, self.rms = torch.nn.LayerNorm(d), self.Upcast(d), torch.nn.RMSNorm(d)
+        self.register_buffer("at", torch.arange(12)[None], persistent=False)
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(self.at)
+        return self.rms(self.upcast(self.layer(x)))
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_a_position_table_read_at_constant_ids_is_a_lookup_and_layer_norms_say_they_are(tracer: str) -> None:
+    """A learned position table read at constant positions is a lookup with its table (priced, a
+    module a plan places), not a constant; PyTorch's own ``nn.LayerNorm`` is marked ``fused:
+    layer_norm`` (a width split runs it), a subclass with a forward of its own and other norms are not."""
+    graph = _imported(_Positions(), torch.randint(0, 50, (2, 12)), tracer, "positions")
+    ops = {op.name.replace("_", "."): op for op in graph.operators}
+    assert ops["positions"].attrs.get("lookup") and ops["positions"].attrs["params"] == ["positions.weight"]
+    added = next(op for op in graph.operators if {i.source for i in op.inputs} == {"tokens", "positions"})
+    assert added.op == "elementwise"
+    fused = {name: op.attrs.get("fused") for name, op in ops.items() if op.op == "norm"}
+    assert fused.pop("layer") == "layer_norm" and len(fused) == 2 and set(fused.values()) == {None}

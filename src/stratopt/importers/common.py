@@ -141,6 +141,8 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
         _name_params(g, out, read)
         if n.attrs.get("calls") and made is not None:  # a module of several calls, recorded whole
             g.annotate(out, calls=int(n.attrs["calls"]))
+        if n.attrs.get("layer_norm") and made is not None and made.op == "norm":
+            g.annotate(out, fused="layer_norm")  # nn.LayerNorm itself: a width split runs it (stratopt.torch.norms)
         env[n.name] = out
     if unmapped:
         listing = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(unmapped.items()))
@@ -480,6 +482,13 @@ def attention(
     if group > 1:
         out = g.view(out, (*q.shape[:-1], v.shape[-1]), name=name)
     return out
+
+
+def layer_norm_module(mod: Any, nn: Any) -> bool:
+    """Whether ``mod`` is PyTorch's ``nn.LayerNorm`` over its last dimension with its own forward (not
+    a subclass that normalises otherwise): a norm :mod:`stratopt.torch.norms` can split over its width."""
+    layer = nn.LayerNorm
+    return isinstance(mod, layer) and type(mod).forward is layer.forward and len(mod.normalized_shape) == 1
 
 
 def first_line(exc: BaseException) -> str:

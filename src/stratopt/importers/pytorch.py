@@ -11,7 +11,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.importers.common import Node, emit, first_line, fused_pieces
+from stratopt.importers.common import Node, emit, first_line, fused_pieces, layer_norm_module
 from stratopt.importers.trace import MOVES, trace
 
 __all__ = ["from_torch", "reference_flops"]
@@ -109,6 +109,7 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
     gm = symbolic_trace(module)
     ShapeProp(gm).propagate(*example)
     modules = dict(gm.named_modules())
+    learned = {name for name, _ in gm.named_parameters()}
     nodes: list[Node] = []
     weights: dict[str, str] = {}  # a weight's node, and every re-typed copy of it: the weight's node
     cuts: dict[str, tuple[str, dict[str, int]]] = {}  # a split's or chunk's pieces: (what it cuts, fused_pieces)
@@ -145,8 +146,9 @@ def _from_fx(torch: Any, module: Any, example: tuple[Any, ...]) -> list[Node]:
                 continue
         if node.op == "placeholder":
             nodes.append(Node(node.name, "input", [], shape))
-        elif node.op == "get_attr":
-            nodes.append(Node(node.name, "param", [], shape, {"param": str(node.target)}))
+        elif node.op == "get_attr":  # a parameter, or a buffer: a constant (position ids), not a weight
+            named = {"param": str(node.target)} if str(node.target) in learned else {}
+            nodes.append(Node(node.name, "param", [], shape, named))
         elif node.op == "call_module":
             nodes.extend(_module_node(torch, node, modules[node.target], ins, shape))
         else:
@@ -204,6 +206,8 @@ def _module_node(torch: Any, node: Any, mod: Any, ins: list[str], shape: tuple[i
             attrs: dict[str, Any] = {"op": type(mod).__name__}
             if kind == "softmax":
                 attrs["axis"] = mod.dim if mod.dim is not None else -1
+            if kind == "layernorm":
+                attrs["layer_norm"] = layer_norm_module(mod, nn)
             if kind == "lstm":
                 if not mod.batch_first or mod.bidirectional or mod.input_size != mod.hidden_size:
                     return [*params, Node(node.name, "other", names, shape, attrs)]

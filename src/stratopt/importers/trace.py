@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from stratopt.importers.common import Node, fused_pieces
+from stratopt.importers.common import Node, fused_pieces, layer_norm_module
 
 __all__ = ["trace"]
 
@@ -352,7 +352,10 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
                 rec.quiet -= 1
             calls = rec.inside - before
             first = next(_tensors(args, torch), None)
-            if first is None or rec.made.get(first) is None or not rec.live(rec.made[first]):
+            # a lookup of constant ids (GPT-2's positions from an arange) is a lookup all the same:
+            # its table is learned (priced, and a module the plan places), its ids a graph input
+            constant_ids = kind == "embedding" and first is not None and not first.is_floating_point()
+            if first is None or ((rec.made.get(first) is None or not rec.live(rec.made[first])) and not constant_ids):
                 return out
             ins = list(dict.fromkeys(rec.source(t) for t in _tensors(args, torch)))
             ins = [x for x in ins if rec.live(x)]  # the data first (the router's choice too, for a moe)
@@ -401,7 +404,7 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
         elif isinstance(mod, nn.modules.batchnorm._BatchNorm) or type(mod).__name__.endswith("BatchNorm2d"):
             whole(mod, "batchnorm", {"op": type(mod).__name__})  # before the norms: "Norm2d" names both
         elif _is_norm(mod, nn):
-            whole(mod, "layernorm", {"op": type(mod).__name__})
+            whole(mod, "layernorm", {"op": type(mod).__name__, "layer_norm": layer_norm_module(mod, nn)})
     pre = nn.modules.module.register_module_forward_pre_hook(enter)
     post = nn.modules.module.register_module_forward_hook(leave)
     fake: Any = contextlib.nullcontext()

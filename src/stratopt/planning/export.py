@@ -310,8 +310,11 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
         for key in ("input", "output"):
             if entry.get(key, "replicate") not in ("shard", "replicate", "sequence"):
                 raise ModelError(f"{where}: {key!r} must be 'shard', 'replicate' or 'sequence'")
-        if "sequence" in (entry.get("input"), entry.get("output")) and not _count(entry.get("sequence_dim")):
-            raise ModelError(f"{where}: a 'sequence' layout needs 'sequence_dim', the dimension it splits")
+        dim = entry.get("sequence_dim")
+        if "sequence" in (entry.get("input"), entry.get("output")) and not (_count(dim) or dim == -1):
+            raise ModelError(
+                f"{where}: a 'sequence' layout needs 'sequence_dim', the dimension it splits (-1: the last)"
+            )
         params = entry.get("params", [])
         if not (isinstance(params, list) and all(isinstance(x, str) for x in params)):
             raise ModelError(f"{where}: 'params' must be a list of parameter names, got {params!r}")

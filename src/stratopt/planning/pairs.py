@@ -85,10 +85,13 @@ def handed_on(costing: Any) -> Pairs:
             scatters = taken_last[None, :] & _reduces(ops[u], distinct[u])[:, None]
             ok &= ~(~made[:, None] & taken[None, :]) | ((taken_seq[None, :] | scatters) & _lays_out(ops[u]))
         both = made[:, None] & taken[None, :]
+        free = both.any() and np.asarray(costing.problem.edge_cost(e))[np.ix_(lead[u], lead[w])] == 0
         if both.any() and ops[u].attrs.get("lookup") and not _holds(ops[w]):
-            ok &= ~both  # an embedding split over its width hands on its output gathered
+            # an embedding split over its width hands on its output gathered, but to a stream split
+            # over its width, to which it hands its split as it is
+            ok &= ~both | (free & (made_last & ~made_seq)[:, None] & (taken_last & ~taken_seq)[None, :])
         elif both.any():
-            ok &= ~both | (np.asarray(costing.problem.edge_cost(e))[np.ix_(lead[u], lead[w])] == 0)
+            ok &= ~both | free
         if ops[u].attrs.get("units") and ops[w].attrs.get("units"):
             ok |= _all_to_all(ops[u], ops[w], distinct[u], distinct[w], batches)
         if not ok.all():

@@ -10,8 +10,10 @@ token, the statistics all-reduced over the group). Operators without weights may
 split between them (the residual additions) when every tensor they read comes from such an
 operator, from a stream norm, or from a module that hands its output on split that way: a
 row-parallel product or a vocabulary-split embedding reduce-scatter their partial sums
-(``RowwiseParallel`` with ``output_layouts=Shard(d)``), a module whose output is whole takes its
-device's slice. Every reader must be another of them, a stream norm, a module that reads the
+(``RowwiseParallel`` with ``output_layouts=Shard(d)``), an embedding split over the width hands
+its split of the width on as it is, a module whose output is whole takes its device's slice. A
+module whose first operator is a view without weights (Hugging Face's ``Conv1D`` flattens its
+input) reads through it. Every reader must be another of them, a stream norm, a module that reads the
 tensor whole, which gathers it (``ColwiseParallel`` with ``input_layouts=Shard(d)``; a whole
 module gathers it before it runs), or a row-parallel module that splits its input features the
 way the stream splits the width, which reads its own slice as it is. The split tensors travel as
@@ -70,12 +72,15 @@ def stream_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: 
 
 def width_norm(op: Operator, config: dict[str, int], batch: Sequence[str], tp: int) -> bool:
     """Whether norm ``op`` under ``config`` splits one axis its weights have (the width) ``tp``
-    ways and nothing else beyond ``batch``, and is a root-mean-square norm written as several
-    calls (:mod:`~stratopt.importers.trace`'s ``calls``: Hugging Face's ``LlamaRMSNorm`` and its
-    kin, one scale and no bias): the ``width`` form, weights split alike, whose operators DTensor
-    runs on the split (the statistics all-reduced forward, their gradient reduce-scattered
-    backward). A fused ``layer_norm`` has no such form: DTensor gathers its input."""
-    if op.op != "norm" or tp == 1 or int(op.attrs.get("calls", 1)) < 2 or len(op.attrs.get("params") or ()) > 1:
+    ways and nothing else beyond ``batch``, and is either a root-mean-square norm written as
+    several calls (:mod:`~stratopt.importers.trace`'s ``calls``: Hugging Face's ``LlamaRMSNorm``
+    and its kin, one scale and no bias), whose operators DTensor runs on the split (the statistics
+    all-reduced forward, their gradient reduce-scattered backward), or PyTorch's ``nn.LayerNorm``
+    (``fused``: DTensor would gather its input), which :mod:`stratopt.torch.norms` runs on the
+    split (its two statistics all-reduced forward, two sums backward): the ``width`` form, weights
+    split alike. Any other fused norm has no such form."""
+    rms = int(op.attrs.get("calls", 1)) > 1 and len(op.attrs.get("params") or ()) <= 1
+    if op.op != "norm" or tp == 1 or not (rms or op.attrs.get("fused") == "layer_norm"):
         return False
     rest, weights = _beyond_batch(op, config, batch)
     return len(rest) == 1 and math.prod(rest.values()) == tp and set(rest) <= weights
@@ -100,9 +105,11 @@ class SequenceLayouts:
 
 
 def _split_dim(op: Operator, use: Any, config: dict[str, int], batch: Sequence[str]) -> int | None:
-    """The one dimension of tensor ``use`` that ``op`` splits beyond its batch (None: none, or more)."""
+    """The one dimension of tensor ``use`` that ``op`` splits beyond its batch (None: none, or more),
+    -1 where it is the last (the width: so counted in a module's output that a view inside it, such
+    as the one ``Conv1D`` flattens its input with, gives another rank)."""
     dims = [i for i, group in enumerate(use.dims) if any(config.get(a, 1) > 1 and a not in batch for a in group)]
-    return dims[0] if len(dims) == 1 else None
+    return None if len(dims) != 1 else -1 if dims[0] == len(use.dims) - 1 else dims[0]
 
 
 def sequence_layouts(
@@ -141,12 +148,23 @@ def sequence_layouts(
     def style(v: int) -> str:  # a stream norm dropped runs whole (as_run), as a whole module
         return "replicate" if styles[v] in STREAM_NORMS and v not in candidates else styles[v]
 
+    entry = _entries(ops, styles)
+
+    def hands_on(u: int, d: int | None) -> bool:
+        """Whether module ``u`` may hand its output on split along ``d``: reduce-scattered or sliced,
+        or, an embedding split over its width, as it is."""
+        width = styles[u] == "colwise" and bool(ops[u].attrs.get("lookup")) and d == -1
+        return d is not None and (style(u) in _HANDS_ON or width)
+
     def whole_module(w: int, e: int, d: int | None, source: int) -> bool:
-        """Whether ``w`` is a module that reads the tensor of edge ``e`` whole (and may gather it),
-        or a row-parallel one that reads its slice of a width norm's output split along ``d``."""
-        if style(w) == "rowwise":
+        """Whether ``w`` is a module (or an operator without weights at a module's entry, such as
+        the view Hugging Face's ``Conv1D`` flattens its input with) that reads the tensor of edge
+        ``e`` whole (and may gather it), or a row-parallel one that reads its slice of a width
+        norm's output split along ``d``."""
+        m = entry.get(w, w)
+        if style(m) == "rowwise":
             return style(source) == "width" and d is not None and dim_in(w, e) == d
-        return style(w) in _WHOLE_INPUT and (styles[w] in STREAM_NORMS or dim_in(w, e) is None)
+        return style(m) in _WHOLE_INPUT and (styles[m] in STREAM_NORMS or dim_in(w, e) is None)
 
     # a tensor no edge brings (the model's or a pipeline stage's input) arrives whole, as a plain tensor
     for v in [v for v in candidates if any(i.source is None and not i.param for i in ops[v].inputs)]:
@@ -158,7 +176,7 @@ def sequence_layouts(
                 if u in candidates:
                     if cost(e) > 0.0:
                         bad.add(v)
-                elif style(u) not in _HANDS_ON or dim_in(v, e) is None:
+                elif not hands_on(u, dim_in(v, e)):
                     bad.add(v)  # (the edge from a module may cost: the model prices a slice as its tile's words)
                 elif any(
                     w not in candidates and not whole_module(w, f, dim_in(v, e), u) for w, f in out_edges.get(u, [])
@@ -178,24 +196,43 @@ def sequence_layouts(
                 out.made[u] = int(dim_in(v, e) or 0)  # (not None: checked above)
                 for w, _ in out_edges.get(u, []):  # its other readers, modules, gather it
                     if w not in candidates:
-                        out.taken[w] = out.made[u]
+                        out.taken[entry.get(w, w)] = out.made[u]
         for w, _ in out_edges.get(v, []):
             if w not in candidates:
-                out.taken[w] = candidates[v]
+                out.taken[entry.get(w, w)] = candidates[v]
     return out
 
 
-def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
+def _entries(ops: Sequence[Operator], styles: dict[int, str]) -> dict[int, int]:
+    """Each operator without weights inside a module that holds some (named after it, as the
+    importers name a module's inner calls) with the module's weight-holding operator: where the
+    module reads a tensor through it, the module reads it."""
+    modules: dict[str, int] = {}
+    for v, op in enumerate(ops):
+        params = op.attrs.get("params") or ()
+        if styles.get(v, "free") != "free" and params:
+            modules.setdefault(str(params[0]).rpartition(".")[0], v)
+    out = {}
+    for w, op in enumerate(ops):
+        owner = modules.get(op.name.rpartition(".")[0])
+        if styles.get(w) == "free" and owner is not None and not op.attrs.get("params"):
+            out[w] = owner
+    return out
+
+
+def sequenced(placement: Any, taken: int | None, made: int | None, *, fused: bool = False) -> Any:
     """A placement that reads (``taken``) or hands on (``made``) a tensor split over the stream's
     dimension (:mod:`~stratopt.planning.sequence`; the dimension split), with its collectives as
     DTensor runs them: a gathering module all-gathers its input forward and reduce-scatters its
     input's gradient (a column-parallel one's all-reduce), a row-parallel module reading its slice
     of the width issues nothing for it (not the gather of its input's gradient a whole input needs),
     a row-parallel module or vocabulary-split embedding reduce-scatters its partial sums (its
-    all-reduce) and gathers their gradient, a whole module slices its output (and gathers the
+    all-reduce) and gathers their gradient, an embedding split over the width hands its split on
+    as it is (not the gather of its output), a whole module slices its output (and gathers the
     gradient back), a sequence norm all-reduces its weights' gradient over the group (each device's
     tokens add their part), a width norm its statistics forward (each device holds a slice of
-    every token) and reduce-scatters their gradient backward. ``placement``: a :class:`~stratopt.planning.torchplan.ModulePlacement`."""
+    every token) and reduce-scatters their gradient backward (a ``fused`` layer norm all-reduces two
+    sums backward instead). ``placement``: a :class:`~stratopt.planning.torchplan.ModulePlacement`."""
     if placement.tp in STREAM_NORMS and made is None:
         raise ModelError(f"module {placement.module}: a norm split over the {placement.tp} with no split stream")
     if taken is None and made is None:
@@ -210,7 +247,7 @@ def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
         add(backward, "all_reduce", 1)
     elif placement.tp == "width":
         add(forward, "all_reduce", 1)
-        add(backward, "reduce_scatter", 1)
+        add(backward, "all_reduce" if fused else "reduce_scatter", 1)
     else:
         if taken is not None and placement.tp == "rowwise":
             if placement.input == "replicate" and backward.get("all_gather", 0) > int(placement.fsdp):
@@ -224,7 +261,10 @@ def sequenced(placement: Any, taken: int | None, made: int | None) -> Any:
             if placement.tp in ("rowwise", "vocab"):
                 add(forward, "all_reduce", -1)
                 add(forward, "reduce_scatter", 1)
-            add(backward, "all_gather", 1)
+            if placement.tp == "colwise":  # an embedding split over the width hands its split on as it is
+                add(forward, "all_gather", -1)
+            else:
+                add(backward, "all_gather", 1)
     dim = made if made is not None else taken
     return dataclasses.replace(
         placement,

@@ -139,7 +139,9 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
         # a mixture of experts' activation and products over the tokens every data-parallel group
         # sends its experts (the all-to-all form: dispatch and combine split the tokens)
         return "expert-dp" if _holds(op) else "free"
-    if math.prod(config[a] for a in batch) != (dp if batch else 1):
+    # an operator the samples share (a lookup of the positions, whose batch is 1) runs whole on each
+    shared = not batch or math.prod(op.size_of(a) for a in batch) == 1
+    if math.prod(config[a] for a in batch) != (1 if shared else dp):
         return None
     rest = {a: c for a, c in config.items() if a not in batch and c > 1}
     model = math.prod(rest.values())
@@ -271,7 +273,8 @@ def module_placements(
             p = _placement(
                 costing, v, assignment, styles[v], dp, v in reaches, v in shard_out, out_edges, in_edges, owned
             )
-            p = sequenced(p, seq.taken.get(v), seq.members.get(v, seq.made.get(v)))
+            fused = op.attrs.get("fused") == "layer_norm"
+            p = sequenced(p, seq.taken.get(v), seq.members.get(v, seq.made.get(v)), fused=fused)
             vectors = False  # a fused projection's bias, sharded by FSDP: kept whole and all-reduced instead
             if v in shard_out and styles[v] == "colwise" and (pieces := fused_pieces(costing, regions[v])) > 1:
                 vectors = p.fsdp and any(i.param and len(i.use.shape) == 1 for i in op.inputs)

@@ -14,6 +14,7 @@ import networkx as nx
 from stratopt.errors import ModelError
 from stratopt.planning.export import ExportedPlan, load_plan
 from stratopt.torch.fused import beside_pieces, fused_colwise, pieces_class, strided_vectors
+from stratopt.torch.norms import split_width
 from stratopt.torch.selective import selective_context
 
 __all__ = ["Parallelized", "parallelize", "plan_of", "validate"]
@@ -105,8 +106,8 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
     if isinstance(module, nn.Embedding):
         if kind == "vocab":
             return RowwiseParallel(input_layouts=Replicate(), **summed)
-        if kind == "colwise":
-            return ColwiseParallel(output_layouts=out)
+        if kind == "colwise":  # (its split handed on as it is to a stream split over the width)
+            return ColwiseParallel(output_layouts=out, use_local_output=entry.get("output") != "sequence")
     elif isinstance(module, nn.Linear):
         if kind == "colwise":
             return ColwiseParallel(input_layouts=into, output_layouts=out)
@@ -330,26 +331,13 @@ def _sequence_ends(module: Any, entry: dict[str, Any], mesh: Any) -> None:
 
         module.register_forward_pre_hook(gather, with_kwargs=True)
     if entry.get("output") == "sequence":
-        placement = [Shard(entry["sequence_dim"])]
+        dim = int(entry["sequence_dim"])
 
         def cut(_module: Any, _args: Any, output: Any) -> Any:
-            return DTensor.from_local(output, mesh, [Replicate()], run_check=False).redistribute(mesh, placement)
+            whole = DTensor.from_local(output, mesh, [Replicate()], run_check=False)
+            return whole.redistribute(mesh, [Shard(dim % output.ndim)])
 
         module.register_forward_hook(cut)
-
-
-def _width_norm(torch: Any, module: Any, mesh: Any) -> None:
-    """A norm split over its width: its weights split over the group along their one dimension, as
-    its input, a DTensor of the stream split over its last dimension, is; DTensor's own operators
-    then all-reduce the statistics each device sums over its slice of every token."""
-    from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
-
-    def shard(_name: str, mod: Any, mesh: Any) -> None:
-        for pname, param in list(mod.named_parameters(recurse=False)):
-            split = torch.nn.Parameter(distribute_tensor(param.data, mesh, [Shard(0)]), param.requires_grad)
-            mod.register_parameter(pname, split)
-
-    distribute_module(module, mesh, shard)
 
 
 def _summed_weights(module: Any) -> None:
@@ -529,7 +517,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         elif entry["tp"] == "sequence" and tp > 1:
             _summed_weights(modules[name])
         elif entry["tp"] == "width" and tp > 1:
-            _width_norm(torch, modules[name], mesh["tp"])
+            split_width(torch, modules[name], mesh["tp"])
             done.styles[name] = "width"
     if exported.recompute:
         from torch.distributed._composable import checkpoint

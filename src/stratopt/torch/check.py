@@ -133,7 +133,8 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
         "counts": counts,
         "runs": {name: r["recompute"] for name, r in runs.items()},
         "computed": work,
-        "numels": {n: int(g.numel()) for n, g in reference["grads"].items()},
+        # every parameter, a gradient or not (BERT's pooler, off the loss's path, holds its bytes too)
+        "numels": {n: int(p.numel()) for n, p in model.named_parameters()},
         "tied": tied,
         "element": int(next(model.parameters()).element_size()),
     }
