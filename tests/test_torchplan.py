@@ -78,7 +78,7 @@ def mixed_mlp(result):
     return tuple(a)
 
 
-def split_heads(result, tp: int):
+def split_heads(result, tp: int, out: str = "o_proj"):
     """Megatron's attention on a ``1 x tp`` mesh (no FSDP, nothing recomputed): the q, k and v
     projections column-parallel, the output projection row-parallel, every operator between them
     split ``tp`` ways (over the heads, through the views and the rotary embedding), the rest as the
@@ -91,7 +91,7 @@ def split_heads(result, tp: int):
     costing = result.costing
     ops, batches = costing.graph.operators, batch_axes(costing.graph)
     costs = restricted_costs(costing, 1, tp)
-    wanted = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
+    wanted = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", out: "rowwise"}
     out = []
     for v, op in enumerate(ops):
         node = np.array(costs[v], dtype=np.float64)
@@ -175,7 +175,7 @@ def _stream_split(
     for v, op in enumerate(ops):
         node = np.array(costs[v], dtype=np.float64)
         last = op.name.rsplit(".", 1)[-1]
-        residual = op.name.startswith(block) and last.startswith("add") and op.name.count(".") == 2
+        residual = op.name.startswith(block) and last.startswith("add") and op.name.count(".") == block.count(".") + 1
         residual = residual or op.name == start
         # a product of a module named (Hugging Face's Conv1D names its product after its module's addmm)
         named = set(op.name.split(".")) if op.op == "gemm" and op.attrs.get("params") else set()
@@ -777,3 +777,27 @@ def test_a_fused_projection_hands_on_its_pieces_only_column_parallel() -> None:
     assert all(ran[w] != rowwise[w] for w in pieces)
     placed = {p.module: p for p in module_placements(costing, tuple(rowwise), 1, 2)}
     assert (placed["h.0.attn.c_attn"].output, placed["h.0.attn.c_attn"].pieces) == ("replicate", 1)
+
+
+def test_heads_split_through_a_view_that_fixes_the_head_count_run_whole() -> None:
+    """OPT views its query as ``view(bsz, -1, num_heads, head_dim)``: on a device's share of a
+    column-parallel output PyTorch works out the sequence, not the heads, and the attention runs on
+    the wrong cut (check-plan: loss 3.4e-2 off, every collective as priced). The importers record
+    which dimensions a view leaves to PyTorch; a split region may pass a view between modules only
+    where every split dimension is one of them, so Megatron's heads split gathers the projections
+    on OPT (the heads run whole), and still runs split on Llama (``view(*shape, -1, head_dim)``)."""
+    pytest.importorskip("transformers")
+    from stratopt.importers import from_torch
+    from stratopt.importers.catalogue import tiny
+    from stratopt.planning import plan
+    from stratopt.planning.torchplan import as_run, module_placements
+
+    result = plan(from_torch(*tiny("opt", "causal-lm", "OPTModel"), name="opt"), 1, 2, simulate=False)
+    views = [op for op in result.costing.graph.operators if op.name.endswith("self_attn.view")]
+    assert views and all(op.attrs["inferred"] == [1] for op in views)  # (bsz, -1, heads, dim)
+    split = split_heads(result, 2, out="out_proj")
+    run = as_run(result.costing, split, 1, 2)
+    assert run != split
+    placed = {p.module: p for p in module_placements(result.costing, run, 1, 2)}
+    query = placed["model.decoder.layers.0.self_attn.q_proj"]
+    assert (query.tp, query.output, query.collectives["forward"]) == ("colwise", "replicate", {"all_gather": 1})

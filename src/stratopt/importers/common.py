@@ -141,6 +141,8 @@ def emit(name: str, nodes: Sequence[Node], *, source: str = "") -> Graph:
         _name_params(g, out, read)
         if n.attrs.get("calls") and made is not None:  # a module of several calls, recorded whole
             g.annotate(out, calls=int(n.attrs["calls"]))
+        if "inferred" in n.attrs and made is not None and made.op == "reshape" and made.name == _safe(n.name):
+            g.annotate(out, inferred=list(n.attrs["inferred"]))
         if n.attrs.get("layer_norm") and made is not None and made.op == "norm":
             g.annotate(out, fused="layer_norm")  # nn.LayerNorm itself: a width split runs it (stratopt.torch.norms)
         env[n.name] = out
@@ -482,6 +484,14 @@ def attention(
     if group > 1:
         out = g.view(out, (*q.shape[:-1], v.shape[-1]), name=name)
     return out
+
+
+def inferred_dims(sizes: Sequence[Any]) -> list[int]:
+    """The dimensions a ``view`` or ``reshape`` to ``sizes`` leaves PyTorch to work out: ``-1``, or
+    a size the model read from a tensor (torch.fx: not a constant). On a tensor split over the
+    devices those adapt to the device's share; a constant (the model's head count) does not, so a
+    split there makes PyTorch cut another dimension instead (OPT's ``view(bsz, -1, heads, dim)``)."""
+    return [i for i, s in enumerate(sizes) if not isinstance(s, int) or s == -1]
 
 
 def layer_norm_module(mod: Any, nn: Any) -> bool:

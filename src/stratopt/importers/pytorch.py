@@ -11,7 +11,7 @@ from typing import Any
 
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Graph
-from stratopt.importers.common import Node, emit, first_line, fused_pieces, layer_norm_module
+from stratopt.importers.common import Node, emit, first_line, fused_pieces, inferred_dims, layer_norm_module
 from stratopt.importers.trace import MOVES, trace
 
 __all__ = ["from_torch", "reference_flops"]
@@ -260,6 +260,9 @@ def _function_node(node: Any, fname: str, ins: list[str], shape: tuple[int, ...]
     if fname in _VIEW_FUNCS:
         return Node(node.name, "view", ins[:1], shape, attrs)
     if fname in _RESHAPE_FUNCS:
+        if fname in ("view", "reshape") and len(args) > 1 and type(args[1]).__name__ != "dtype":  # sizes (nodes: read)
+            sizes = args[1] if isinstance(args[1], list | tuple) else args[1:]
+            attrs["inferred"] = inferred_dims(sizes)
         return Node(node.name, "reshape", ins[:1], shape, attrs)
     if fname in ("transpose", "permute", "t"):
         src = _shape(args[0]) or shape

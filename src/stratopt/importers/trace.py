@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from stratopt.importers.common import Node, fused_pieces, layer_norm_module
+from stratopt.importers.common import Node, fused_pieces, inferred_dims, layer_norm_module
 
 __all__ = ["trace"]
 
@@ -228,6 +228,10 @@ def _attrs_for(fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], shapes
     elif fname in POOLS:
         attrs.update(window=arg(1, "kernel_size" if "adaptive" not in fname else "output_size"))
         attrs.update(stride=arg(2, "stride", None), pad=arg(3, "padding", 0))
+    elif fname in ("view", "reshape") and len(args) > 1 and not isinstance(args[1], str):
+        sizes = args[1] if isinstance(args[1], list | tuple) else args[1:]
+        if all(isinstance(x, int) for x in sizes):  # (not a dtype view)
+            attrs["inferred"] = inferred_dims(sizes)
     elif fname == "scaled_dot_product_attention":
         attrs["gqa"] = bool(kwargs.get("enable_gqa", False))
         attrs["causal"] = bool(arg(5, "is_causal", False))

@@ -41,6 +41,24 @@ def split_regions(
         config = config_of(costing, v, assignment[v])
         return math.prod(c for a, c in config.items() if a not in batches[ops[v].name])
 
+    # the modules that hold weights: an operator inside one runs on DTensors, whose views take the
+    # whole sizes; one between modules runs on each device's share
+    modules = {str(p).rpartition(".")[0] for op in ops for p in (op.attrs.get("params") or ())[:1]}
+
+    def local_view(w: int) -> bool:
+        """Whether ``w``, if a view or reshape between modules, leaves PyTorch to work out every
+        dimension the split lies on (a size the model fixed stays whole on a device's share)."""
+        op = ops[w]
+        if op.op != "reshape" or "inferred" not in op.attrs or op.name.rpartition(".")[0] in modules:
+            return True
+        config = config_of(costing, w, assignment[w])
+        split = [
+            i
+            for i, group in enumerate(op.outputs[0].dims)
+            if any(config.get(a, 1) > 1 and a not in batches[op.name] for a in group)
+        ]
+        return set(split) <= set(op.attrs["inferred"])
+
     def region(v: int) -> set[int] | None:
         """The operators between column-parallel ``v`` (or row-parallel ``v``, whose partial sums
         the edges out of it split, as a reduce-scatter does) and the row-parallel modules it feeds,
@@ -56,7 +74,7 @@ def split_regions(
                     continue
                 if styles[v] == "rowwise" and ops[w].attrs.get("pieces"):
                     return None  # a reduce-scatter hands each device a contiguous share, not one of each piece
-                if styles[w] != "free" or model_split(w) != tp or not out_edges.get(w):
+                if styles[w] != "free" or model_split(w) != tp or not out_edges.get(w) or not local_view(w):
                     return None
                 if w not in seen:
                     seen.add(w)
