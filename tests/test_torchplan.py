@@ -199,6 +199,20 @@ def _stream_split(
     return tuple(int(c) for c in found.assignment)
 
 
+def _width_placed(result, split, norm_name: str, backward: str) -> dict:
+    """The module placements of ``split`` on 1 x 2, checked to run as it is split, with norm
+    ``norm_name`` split over the width on a split stream: its statistics all-reduced forward and
+    ``backward`` (the collective of its backward pass) once."""
+    from stratopt.planning.torchplan import as_run, module_placements
+
+    assert as_run(result.costing, split, 1, 2) == split
+    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
+    norm = placed[norm_name]
+    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", -1)
+    assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {backward: 1}}
+    return placed
+
+
 def test_width_split_stream_feeds_row_parallel_products_their_slice() -> None:
     """Norms and residual additions split over the width: a root-mean-square norm runs on its
     slice of every token with its weights split alike (its statistics all-reduced), the
@@ -207,15 +221,11 @@ def test_width_split_stream_feeds_row_parallel_products_their_slice() -> None:
     into the stream; PyTorch runs that as priced."""
     pytest.importorskip("transformers")
     from stratopt.planning import plan
-    from stratopt.planning.torchplan import as_run, module_placements, unpriced_gathers
+    from stratopt.planning.torchplan import unpriced_gathers
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
     split = width_split(result, 2)
-    assert as_run(result.costing, split, 1, 2) == split
-    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
-    norm = placed["layers.1.input_layernorm"]
-    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", -1)
-    assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {"reduce_scatter": 1}}
+    placed = _width_placed(result, split, "layers.1.input_layernorm", "reduce_scatter")
     key = placed["layers.1.self_attn.k_proj"]
     assert (key.tp, key.input, key.output) == ("rowwise", "sequence", "shard")
     assert key.collectives == {"forward": {"reduce_scatter": 1}, "backward": {"all_gather": 1}}
@@ -241,11 +251,7 @@ def test_a_layer_norm_splits_over_its_width_and_conv1d_reads_the_stream_through_
     result = plan("stratopt.importers.hf:gpt2", 1, 2, simulate=False, expressible="torch")
     megatron = next(b for b in result.baselines if b.name == "megatron-tp2")
     split = gpt2_width_split(dataclasses.replace(result, plan=megatron), 2)
-    assert as_run(result.costing, split, 1, 2) == split
-    placed = {p.module: p for p in module_placements(result.costing, split, 1, 2)}
-    norm = placed["h.1.ln_2"]
-    assert (norm.tp, norm.input, norm.output, norm.sequence_dim) == ("width", "sequence", "sequence", -1)
-    assert norm.collectives == {"forward": {"all_reduce": 1}, "backward": {"all_reduce": 1}}
+    placed = _width_placed(result, split, "h.1.ln_2", "all_reduce")
     fused = placed["h.1.attn.c_attn"]
     assert (fused.tp, fused.input, fused.output, fused.pieces) == ("colwise", "sequence", "shard", 3)
     assert fused.collectives == {"forward": {"all_gather": 1}, "backward": {"reduce_scatter": 1}}
