@@ -572,3 +572,30 @@ def test_a_position_table_read_at_constant_ids_is_a_lookup_and_layer_norms_say_t
     assert added.op == "elementwise"
     fused = {name: op.attrs.get("fused") for name, op in ops.items() if op.op == "norm"}
     assert fused.pop("layer") == "layer_norm" and len(fused) == 2 and set(fused.values()) == {None}
+
+
+class _Views(torch.nn.Module):
+    """Heads viewed two ways: the head count left to PyTorch (Llama's ``view(*shape, -1, dim)``) and
+    fixed by the module (OPT's ``view(bsz, -1, heads, dim)``), then read back whole."""
+
+    def __init__(self, d: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.q, self.k = heads, torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q = self.q(x).view(b, s, -1, d // self.heads)
+        k = self.k(x).view(b, -1, self.heads, d // self.heads)
+        return (q * k).reshape(b, s, -1)
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_a_view_says_which_dimensions_pytorch_works_out(tracer: str) -> None:
+    """Each view or reshape records the dimensions its sizes leave to PyTorch (``-1``; under torch.fx
+    also a size read from a tensor): a split region passes a view only along those."""
+    graph = _imported(_Views(), torch.randn(2, 6, 16), tracer, "views")
+    inferred = {op.name: op.attrs.get("inferred") for op in graph.operators if op.op == "reshape"}
+    q, k, back = (
+        next(v for n, v in inferred.items() if n.endswith(suffix)) for suffix in ("view", "view_1", "reshape")
+    )
+    assert 2 in q and 2 not in k and 1 in k and 2 in back  # (fx: the sizes read from x adapt too)
