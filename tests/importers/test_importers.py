@@ -599,3 +599,25 @@ def test_a_view_says_which_dimensions_pytorch_works_out(tracer: str) -> None:
         next(v for n, v in inferred.items() if n.endswith(suffix)) for suffix in ("view", "view_1", "reshape")
     )
     assert 2 in q and 2 not in k and 1 in k and 2 in back  # (fx: the sizes read from x adapt too)
+
+
+class _Stacked(torch.nn.Module):
+    """GPT-J's and CodeGen's rotary half-turn: the two halves' pairs stacked on a new last
+    dimension, then flattened back."""
+
+    def forward(self, x):
+        pairs = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1)
+        return pairs.flatten(-2) * x
+
+
+@pytest.mark.parametrize("tracer", ["fx", "eager"])
+def test_a_stack_reads_its_tensors_along_the_dimensions_they_keep(tracer: str) -> None:
+    """``torch.stack`` adds a dimension: the tensors stacked run along the others (the batch
+    among them), not broadcast whole (data parallelism and micro-batches found no batch axis in
+    CodeGen's rotary embedding)."""
+    from stratopt.planning.batch import follow_batch
+
+    graph = _imported(_Stacked(), torch.randn(4, 6, 8), tracer, "stacked")
+    stack = next(op for op in graph.operators if "stack" in op.name)
+    assert all(len(i.use.dims) == 3 and all(i.use.dims) for i in stack.inputs)
+    assert follow_batch(graph)[stack.name] == (stack.axes[0],)

@@ -337,7 +337,7 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
         t = env.get(x)
         if t is None:
             continue
-        at = _aligned(tuple(t.shape), tuple(n.shape))
+        at = _aligned(tuple(t.shape), tuple(n.shape), stacked=n.attrs.get("op") == "stack")
         k = n.attrs.get("piece_dim")
         if k is not None and len(t.shape) == len(n.shape) and t.shape[k] == n.attrs["pieces"] * n.shape[k]:
             at[k], extra = k, {"pieces": int(n.attrs["pieces"])}  # each device: its share of every piece
@@ -361,17 +361,23 @@ def _generic(g: GraphBuilder, n: Node, ins: list[str], env: dict[str, TensorRef]
     return out
 
 
-def _aligned(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int | None]:
+def _aligned(shape: tuple[int, ...], out: tuple[int, ...], *, stacked: bool = False) -> list[int | None]:
     """The output dimension each dimension of an input of ``shape`` runs along (None: broadcast):
     aligned from the right, as broadcasting does; where that leaves a dimension larger than 1
-    unmatched and the output only adds dimensions of size 1 (``x[:, :, None]``, ``unsqueeze``), in
-    order, skipping those.
+    unmatched and the output only adds dimensions of size 1 (``x[:, :, None]``, ``unsqueeze``), or
+    ``stacked`` (``torch.stack`` adds one of any size: the tensors stacked), in order, skipping those.
 
     >>> _aligned((4, 1, 16), (4, 8, 16))
     [0, None, 2]
     >>> _aligned((4, 2, 32, 16), (4, 2, 1, 32, 16))
     [0, 1, 3, 4]
+    >>> _aligned((8, 32, 4), (8, 32, 4, 2), stacked=True), _aligned((8, 4), (8, 2, 4), stacked=True)
+    ([0, 1, 2], [0, 2])
     """
+    if stacked and len(out) == len(shape) + 1:  # the new dimension wherever the rest is the input's
+        for k in range(len(out)):
+            if out[:k] + out[k + 1 :] == shape:
+                return [i if i < k else i + 1 for i in range(len(shape))]
     offset = len(out) - len(shape)
     right = [
         i + offset if 0 <= i + offset < len(out) and out[i + offset] == size else None for i, size in enumerate(shape)
