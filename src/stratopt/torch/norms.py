@@ -4,7 +4,7 @@ device holds a slice of every token's features and the matching slice of the nor
 A root-mean-square norm written as several calls (Hugging Face's ``LlamaRMSNorm`` and kin) runs as
 it is: its input is a DTensor split over its last dimension and DTensor's own operators all-reduce
 the statistic each device sums over its slice. A fused ``nn.LayerNorm`` has no such form (DTensor
-gathers its input for ``layer_norm``), so it runs :class:`WidthLayerNorm` instead: the two sums of
+gathers its input for ``layer_norm``), so it runs :func:`width_layer_norm` instead: the two sums of
 every token (its values and their squares) all-reduced in one collective forward, the two sums
 its input gradient needs in one backward, what the cost model prices for a norm split over its
 axis. The variance is the mean square less the squared mean, accumulated in float32 at least (as
