@@ -105,6 +105,27 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     if world == 2:  # BERT: position and token-type tables read at constant ids, a pooler off the loss's path
         bert = "stratopt.importers.hf:bert"
         out.append((bert, "bert", ExportedPlan.of(plan(bert, 1, 2, simulate=False, expressible="torch"))))
+        # T5: a per-head position bias split over the heads with them; its embedding's weight held by
+        # a module the model never calls (``shared``), sharded by FSDP with the one that reads it
+        t5 = "stratopt.importers.hf:t5"
+        found = plan(t5, 1, 2, simulate=False, expressible="torch")
+        heads = split_heads(
+            found,
+            2,
+            out="o",
+            qkv=("q", "k", "v"),
+            inside=".SelfAttention.",
+            styles={"relative_attention_bias": "colwise"},
+        )
+        out.append(
+            (
+                t5,
+                "t5-heads",
+                ExportedPlan.of(dataclasses.replace(found, plan=dataclasses.replace(found.plan, assignment=heads))),
+            )
+        )
+        fsdp = next(b for b in found.baselines if b.name == "fsdp")
+        out.append((t5, "t5-fsdp", ExportedPlan.of(dataclasses.replace(found, plan=fsdp))))
     mixtral = "stratopt.importers.hf:mixtral"
     if world == 2:  # a mixture of experts: its experts module (two products on fused weights) whole, FSDP or not
         moe = plan(mixtral, 1, world, simulate=False, expressible="torch")
@@ -200,9 +221,8 @@ def _megatron(cases: list[tuple[str, str, ExportedPlan]]) -> ExportedPlan:
 def test_every_plan_runs_as_priced(checked) -> None:
     world, cases, extra, reports = checked
     assert len(extra) == 2 * (world == 2)
-    assert {m for m, _, _ in cases} - {"stratopt.importers.hf:mixtral", "stratopt.importers.hf:bert"} == set(
-        _models(world)
-    )
+    others = {"stratopt.importers.hf:mixtral", "stratopt.importers.hf:bert", "stratopt.importers.hf:t5"}
+    assert {m for m, _, _ in cases} - others == set(_models(world))
     for (model, name, exported), report in zip(cases, reports, strict=False):
         where = f"{model} {name} at world {world}"
         assert report.loss_error <= TOLERANCE, where
@@ -262,6 +282,12 @@ def test_every_plan_runs_as_priced(checked) -> None:
         ):  # every table priced (a lookup each), and the pooler's bytes held though it has no gradient
             assert {"embeddings.position_embeddings", "embeddings.token_type_embeddings"} <= set(exported.modules)
             assert report.checks["parameter bytes"] and report.priced_bytes == report.param_bytes[0], name
+        elif name == "t5-heads":  # the bias's table split over the heads, handed on to every block's attention
+            bias = exported.modules["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"]
+            assert (bias["tp"], bias["output"]) == ("colwise", "shard"), name
+            assert all(exported.modules[f"encoder.block.{b}.layer.0.SelfAttention.o"]["input"] == "shard" for b in "01")
+        elif name == "t5-fsdp":  # each sharded table's reduce-scatter counted where it is priced
+            assert exported.modules["encoder.embed_tokens"]["fsdp"] and all(r["match"] for r in report.collectives)
         elif name.startswith("gpt2-width"):  # every block's nn.LayerNorm split over the width, as priced
             norms = [e for n, e in exported.modules.items() if ".ln_" in n]
             assert len(norms) == 4 and all(e["tp"] == "width" for e in norms), name

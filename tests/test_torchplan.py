@@ -78,11 +78,13 @@ def mixed_mlp(result):
     return tuple(a)
 
 
-def split_heads(result, tp: int, out: str = "o_proj"):
-    """Megatron's attention on a ``1 x tp`` mesh (no FSDP, nothing recomputed): the q, k and v
+def split_heads(
+    result, tp: int, out: str = "o_proj", *, qkv=("q_proj", "k_proj", "v_proj"), inside=".self_attn.", styles=None
+):
+    """Megatron's attention on a ``1 x tp`` mesh (no FSDP, nothing recomputed): the ``qkv``
     projections column-parallel, the output projection row-parallel, every operator between them
-    split ``tp`` ways (over the heads, through the views and the rotary embedding), the rest as the
-    restricted DP decides."""
+    (in modules named ``inside``) split ``tp`` ways (over the heads, through the views and the rotary
+    embedding), the modules ``styles`` names in their style, the rest as the restricted DP decides."""
     from stratopt.planning.batch import batch_axes
     from stratopt.planning.torchplan import _config, restricted_costs
     from stratopt.problem import FORBIDDEN
@@ -91,7 +93,7 @@ def split_heads(result, tp: int, out: str = "o_proj"):
     costing = result.costing
     ops, batches = costing.graph.operators, batch_axes(costing.graph)
     costs = restricted_costs(costing, 1, tp)
-    wanted = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", out: "rowwise"}
+    wanted = {**dict.fromkeys(qkv, "colwise"), out: "rowwise", **(styles or {})}
     out = []
     for v, op in enumerate(ops):
         node = np.array(costs[v], dtype=np.float64)
@@ -101,7 +103,7 @@ def split_heads(result, tp: int, out: str = "o_proj"):
             kind = wanted.get(op.name.rsplit(".", 1)[-1])
             plain = not costing.is_sharded(v, c) and not costing.is_recomputed(v, c)
             styled = kind is None or style(op, config, batches[op.name], 1, tp) == kind
-            between = kind is not None or op.attrs.get("params") or ".self_attn." not in op.name or model == tp
+            between = kind is not None or op.attrs.get("params") or inside not in op.name or model == tp
             if not (plain and styled and between):
                 node[c] = FORBIDDEN
         out.append(node)
@@ -807,3 +809,40 @@ def test_heads_split_through_a_view_that_fixes_the_head_count_run_whole() -> Non
     placed = {p.module: p for p in module_placements(result.costing, run, 1, 2)}
     query = placed["model.decoder.layers.0.self_attn.q_proj"]
     assert (query.tp, query.output, query.collectives["forward"]) == ("colwise", "replicate", {"all_gather": 1})
+
+
+def test_a_per_head_position_bias_splits_with_the_heads() -> None:
+    """T5 adds its relative position bias (a lookup at constant bucket ids, computed once, read by
+    every block) to the attention's scores as the kernel's mask: the importer has the softmax read
+    it along the heads, so the samples share it (no batch reaches it: it runs whole on every
+    data-parallel device) and a heads split must take the bias's table over its width too. With the
+    table column-parallel, its lookup opens a split region like a projection, and everything runs
+    as the plan splits it; with the bias whole, the heads cannot split (PyTorch would add a whole
+    bias to each device's heads), so the attention runs whole."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.batch import batch_axes
+    from stratopt.planning.torchplan import as_run, module_placements
+
+    result = plan("stratopt.importers.hf:t5", 1, 2, simulate=False, expressible="torch")
+    costing, ops = result.costing, result.costing.graph.operators
+    softmax = next(op for op in ops if op.name.endswith("0.layer.0.SelfAttention.scaled_dot_product_attention.softmax"))
+    assert [i.use.dims for i in softmax.inputs][1] == ((), ("d1",), ("d2",), ("d3",))  # broadcast over the batch
+    batches = batch_axes(costing.graph)
+    assert all(batches[op.name] == [] for op in ops if op.name.endswith(("relative_attention_bias", "unsqueeze")))
+    qkv, table = ("q", "k", "v"), "relative_attention_bias"
+    split = split_heads(result, 2, out="o", qkv=qkv, inside=".SelfAttention.", styles={table: "colwise"})
+    assert as_run(costing, split, 1, 2) == split
+    placed = {p.module: p for p in module_placements(costing, split, 1, 2)}
+    bias = placed[f"encoder.block.0.layer.0.SelfAttention.{table}"]
+    assert (bias.tp, bias.output, bias.collectives["forward"]) == ("colwise", "shard", {})
+    for block in ("0", "1"):
+        o = placed[f"encoder.block.{block}.layer.0.SelfAttention.o"]
+        assert (o.tp, o.input) == ("rowwise", "shard")
+    # the table split over the buckets: the bias all-reduced whole, so the attention runs whole
+    whole = split_heads(result, 2, out="o", qkv=qkv, inside=".SelfAttention.", styles={table: "vocab"})
+    run = as_run(costing, whole, 1, 2)
+    assert run != whole
+    placed = {p.module: p for p in module_placements(costing, run, 1, 2)}
+    assert placed["encoder.block.0.layer.0.SelfAttention.q"].output == "replicate"
+    assert placed[f"encoder.block.0.layer.0.SelfAttention.{table}"].output == "replicate"

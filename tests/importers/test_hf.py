@@ -316,3 +316,23 @@ def test_an_index_that_adds_a_dimension_keeps_the_batch() -> None:
     index = next(op for op in graph.operators if "getitem" in op.name)
     assert followed[index.name] == (index.axes[0],)
     assert index.inputs[0].use.dims[0] == (index.axes[0],)
+
+
+def test_t5_reads_its_position_bias_along_the_heads_and_its_table_once() -> None:
+    """T5 passes its relative position bias to ``scaled_dot_product_attention`` as the mask: every
+    block's softmax reads it (broadcast over the batch, along the heads, queries and keys), so a
+    split of the heads splits the bias. Its token table is held by two modules (``shared``, which
+    the encoder model never calls, and ``encoder.embed_tokens``): the lookup that reads it pays for
+    it (not tied to a module with no operator), and every weight counts once."""
+    model, inputs = hf.SMALL["t5"]()
+    graph = from_torch(model, inputs, name="t5")
+    softmaxes = [op for op in graph.operators if op.op == "softmax"]
+    assert len(softmaxes) == 2
+    for op in softmaxes:
+        bias = op.inputs[1]
+        assert bias.source.endswith("block.0.layer.0.SelfAttention.unsqueeze")
+        assert bias.use.dims == ((), ("d1",), ("d2",), ("d3",))
+    table = next(op for op in graph.operators if op.name == "encoder.embed_tokens")
+    assert not table.attrs.get("tied") and table.attrs["params"] == ["encoder.embed_tokens.weight"]
+    held = sum(i.use.size for op in graph.operators if not op.attrs.get("tied") for i in op.inputs if i.param)
+    assert held == sum(p.numel() for p in model.parameters())

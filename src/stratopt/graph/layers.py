@@ -405,10 +405,20 @@ class GraphBuilder(Builder):
         """Layer normalisation over ``axis`` (default: the last)."""
         return self.norm(x, axis, name=name, kind="layernorm", weights=weights)
 
-    def softmax(self, x: TensorRef, axis: int = -1, *, name: str | None = None) -> TensorRef:
-        """Softmax along ``axis``."""
+    def softmax(
+        self, x: TensorRef, axis: int = -1, *, name: str | None = None, bias: TensorRef | None = None
+    ) -> TensorRef:
+        """Softmax along ``axis``; ``bias``: a tensor added first (attention's per-head position
+        bias), of ``x``'s rank, each dimension ``x``'s or 1 (broadcast: read by no axis)."""
         ax = self._axis(x, axis, "softmax")
-        return self._over("softmax", name, "softmax", x, attrs={"axis": f"d{ax}"})
+        extra: list[tuple[TensorRef, list[list[str]]]] = []
+        if bias is not None:
+            if len(bias) != len(x) or any(b not in (1, s) for b, s in zip(bias.shape, x.shape, strict=True)):
+                raise ModelError(f"softmax: a bias of shape {list(bias.shape)} does not add to {list(x.shape)}")
+            pairs = enumerate(zip(bias.shape, x.shape, strict=True))
+            dims = [[] if b == 1 and s != 1 else [f"d{i}"] for i, (b, s) in pairs]
+            extra.append((bias, dims))
+        return self._over("softmax", name, "softmax", x, extra, attrs={"axis": f"d{ax}"})
 
     def softmax_xent(self, x: TensorRef, *, name: str | None = None) -> TensorRef:
         """Softmax over the last axis followed by the cross-entropy loss."""

@@ -258,7 +258,10 @@ def _emit_one(
     if kind == "sdpa" and len(tensors) >= 3 and all(x in env for x in ins[:3]):
         q, k, v = (env[x] for x in ins[:3])
         masked = 1 if len(ins) > 3 else 0
-        return attention(g, _safe(n.name), q, k, v, pointwise=pw + masked, causal=bool(a.get("causal")))
+        bias = env.get(ins[3]) if masked else None
+        return attention(
+            g, _safe(n.name), q, k, v, pointwise=pw + masked, causal=bool(a.get("causal")), bias=_per_head(bias, q, k)
+        )
     cubes = [p for p in params if len(p.shape) == 3]  # expert weights (not their biases)
     if kind == "moe" and tensors and len(cubes) >= 2:
         up, down = cubes[0].shape, cubes[-1].shape
@@ -447,6 +450,18 @@ def _linear_equation(rank: int) -> str:
     return f"{lead}k,nk->{lead}n"
 
 
+def _per_head(mask: TensorRef | None, q: TensorRef, k: TensorRef) -> TensorRef | None:
+    """An attention mask that differs between the heads (T5's and Swin's relative position bias,
+    ALiBi): the scores read it along their heads axis, so a split of the heads splits it too (a mask
+    shared by the heads, or one that does not add to the scores, is left out: None)."""
+    if mask is None or len(mask) != len(q) or q.shape[-3] != k.shape[-3] or q.shape[-3] < 2:
+        return None
+    if mask.shape[-3] != q.shape[-3]:
+        return None
+    scores = (*q.shape[:-1], k.shape[-2])
+    return mask if all(m in (1, s) for m, s in zip(mask.shape, scores, strict=True)) else None
+
+
 def attention(
     g: GraphBuilder,
     name: str,
@@ -457,6 +472,7 @@ def attention(
     pointwise: int = 1,
     fused: bool = True,
     causal: bool = False,
+    bias: TensorRef | None = None,
 ) -> TensorRef:
     """``softmax(q k^T * scale) v`` over ``(..., heads, seq, dim)`` tensors, as what it computes:
     two batched products and a softmax (``<name>.scores``, ``<name>.softmax``, ``<name>``).
@@ -466,7 +482,8 @@ def attention(
     group, seq, dim), so no copy of k or v is priced. ``pointwise`` counts the fused scale (and mask).
     ``fused``: the three run as one kernel, as ``scaled_dot_product_attention`` runs them
     (FlashAttention: the scores neither stored nor streamed; ``causal``: the kernel skips the
-    masked half); the operators carry their role in ``fused_attention``.
+    masked half); the operators carry their role in ``fused_attention``. ``bias``: a per-head mask
+    (:func:`_per_head`, with ``q``'s heads), read where the kernel adds it, by the softmax.
     """
     if not (len(q) == len(k) == len(v) >= 3) or q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
         raise ModelError(f"attention: shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)} do not attend")
@@ -482,7 +499,7 @@ def attention(
         s_eq, o_eq = f"{lead}hgsd,{lead}htd->{lead}hgst", f"{lead}hgst,{lead}hte->{lead}hgse"
         qq = g.view(q, (*q.shape[:-3], kv_heads, group, *q.shape[-2:]), name=f"{name}.groups")
     scores = g.einsum(s_eq, qq, k, pointwise=pointwise, name=f"{name}.scores")
-    probs = g.softmax(scores, -1, name=f"{name}.softmax")
+    probs = g.softmax(scores, -1, name=f"{name}.softmax", bias=bias)
     out = g.einsum(o_eq, probs, v, name=name if group == 1 else f"{name}.grouped")
     if fused:
         for role, t in (("scores", scores), ("softmax", probs), ("context", out)):

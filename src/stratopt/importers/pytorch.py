@@ -80,16 +80,20 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *, name: str | None =
 
 
 def _mark_tied(graph: Graph, module: Any) -> Graph:
-    """Operators that read a parameter under another module's name (a Hugging Face output projection
-    tied to the embedding) marked ``tied`` with the owner's name: the weight has one state, one gather
-    and one gradient reduction, its owner's."""
-    owner: dict[int, str] = {}
-    alias: dict[str, str] = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        alias[name] = owner.setdefault(id(p), name)
+    """Operators that read a parameter an earlier operator already read, under another module's name
+    (a Hugging Face output projection tied to the embedding), marked ``tied`` with that operator's
+    name for it: the weight has one state, one gather and one gradient reduction, the first reader's.
+    A module that holds the parameter but is not called (T5's ``shared`` beside the encoder's
+    ``embed_tokens``) owns nothing: the operator that reads it pays for it."""
+    ids = {name: id(p) for name, p in module.named_parameters(remove_duplicate=False)}
+    first: dict[int, str] = {}  # parameter -> the name the first operator reading it gave it
     ops = []
     for op in graph.operators:
-        shared = [alias[n] for n in op.attrs.get("params") or () if alias.get(n, n) != n]
+        names = [str(n) for n in op.attrs.get("params") or ()]
+        shared = [first[ids[n]] for n in names if n in ids and first.get(ids[n], n) != n]
+        for n in names:
+            if n in ids:
+                first.setdefault(ids[n], n)
         ops.append(dataclasses.replace(op, attrs={**op.attrs, "tied": shared[0]}) if shared else op)
     return dataclasses.replace(graph, operators=tuple(ops))
 

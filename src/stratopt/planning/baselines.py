@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from stratopt.graph.ir import Graph, Operator
-from stratopt.planning.batch import batch_axes
+from stratopt.planning.batch import batch_axes, shared
 from stratopt.planning.memory import exact_dp
 from stratopt.problem import FORBIDDEN
 
@@ -99,9 +99,16 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
     out: list[Baseline] = []
     batches = batch_axes(graph)
 
+    def groups(op: Operator, d: int) -> int:
+        """How many ways the pattern splits ``op``'s batch over ``d`` data-parallel groups: none
+        where the samples share it (each group runs it whole)."""
+        return 1 if shared(op, batches[op.name]) else d
+
     def data_parallel(v: int, op: Operator, config: dict[str, int]) -> bool:
         batch = batches[op.name]
-        return math.prod(config[a] for a in batch) == p and all(c == 1 for a, c in config.items() if a not in batch)
+        return math.prod(config[a] for a in batch) == groups(op, p) and all(
+            c == 1 for a, c in config.items() if a not in batch
+        )
 
     def no_batch(op: Operator) -> str:
         size = math.prod(op.size_of(a) for a in batches[op.name])
@@ -118,7 +125,7 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
 
         def megatron(v: int, op: Operator, config: dict[str, int], t: int = t, d: int = d) -> bool:
             batch = batches[op.name]
-            if math.prod(config[a] for a in batch) != d:
+            if math.prod(config[a] for a in batch) != groups(op, d):
                 return False
             rest = {a: c for a, c in config.items() if a not in batch}
             model = math.prod(rest.values())
@@ -138,7 +145,7 @@ def baselines(costing: Any, gpus_per_node: int) -> list[Baseline]:
         def replicated(v: int, op: Operator, config: dict[str, int], d: int = d) -> bool:
             batch = batches[op.name]
             rest = math.prod(c for a, c in config.items() if a not in batch)
-            return math.prod(config[a] for a in batch) == d and rest == 1
+            return math.prod(config[a] for a in batch) == groups(op, d) and rest == 1
 
         def no_split(op: Operator, d: int = d) -> str:
             size = math.prod(op.size_of(a) for a in batches[op.name])

@@ -9,10 +9,13 @@ cut them (:func:`~stratopt.planning.microbatch.microbatch`).
 
 from __future__ import annotations
 
-from stratopt.errors import ModelError
-from stratopt.graph.ir import Graph
+import math
+from collections.abc import Sequence
 
-__all__ = ["batch_axes", "batch_size", "follow_batch"]
+from stratopt.errors import ModelError
+from stratopt.graph.ir import Graph, Operator
+
+__all__ = ["batch_axes", "batch_size", "follow_batch", "shared"]
 
 
 def batch_size(graph: Graph) -> int | None:
@@ -63,14 +66,21 @@ def follow_batch(graph: Graph) -> dict[str, tuple[str, ...]]:
 
 
 def batch_axes(graph: Graph) -> dict[str, list[str]]:
-    """Each operator's batch axes for data parallelism: those :func:`follow_batch` finds, or, for an
-    operator no batch reaches (or a graph whose batch cannot be followed), its first output
-    dimension's axes."""
-    try:
-        followed = follow_batch(graph)
-    except ModelError:
-        followed = {}
+    """Each operator's batch axes for data parallelism: those :func:`follow_batch` finds (none for
+    an operator no batch reaches: T5's position bias, which every sample shares, :func:`shared`),
+    or, in a graph whose batch cannot be followed, each operator's first output dimension's axes."""
     first = {
         op.name: list(op.outputs[0].dims[0]) if op.outputs and op.outputs[0].dims else [] for op in graph.operators
     }
-    return {name: list(followed.get(name) or first[name]) for name in first}
+    try:
+        followed = follow_batch(graph)
+    except ModelError:
+        return first
+    return {name: list(followed.get(name, ())) for name in first}
+
+
+def shared(op: Operator, batch: Sequence[str]) -> bool:
+    """Whether the samples share ``op`` (its ``batch`` axes, :func:`batch_axes`, are none or of size
+    1: a lookup of the positions, a relative position bias): it runs whole on every data-parallel
+    device, its batch split 1."""
+    return not batch or math.prod(op.size_of(a) for a in batch) == 1

@@ -83,7 +83,8 @@ def split_regions(
 
     regions = {}
     for v in styles:
-        if styles[v] in ("colwise", "rowwise") and not ops[v].attrs.get("lookup"):
+        # (a lookup opens one split over its table's width: T5's position bias over the heads)
+        if styles[v] == "colwise" or (styles[v] == "rowwise" and not ops[v].attrs.get("lookup")):
             between = region(v)  # a row-parallel module opens one only where all it feeds lies inside
             feeds = {w for w, _ in out_edges.get(v, [])}
             if between is not None and (styles[v] == "colwise" or (bool(feeds) and feeds <= between)):

@@ -59,7 +59,7 @@ import numpy as np
 from stratopt.cost.common import output_bytes
 from stratopt.errors import ModelError
 from stratopt.graph.ir import Operator
-from stratopt.planning.batch import batch_axes
+from stratopt.planning.batch import batch_axes, shared
 from stratopt.planning.recompute import block_of, blocks, checkpointed, tails
 from stratopt.planning.regions import config_of as _config
 from stratopt.planning.regions import fused_pieces
@@ -140,8 +140,7 @@ def style(op: Operator, config: dict[str, int], batch: Sequence[str], dp: int, t
         # sends its experts (the all-to-all form: dispatch and combine split the tokens)
         return "expert-dp" if _holds(op) else "free"
     # an operator the samples share (a lookup of the positions, whose batch is 1) runs whole on each
-    shared = not batch or math.prod(op.size_of(a) for a in batch) == 1
-    if math.prod(config[a] for a in batch) != (1 if shared else dp):
+    if math.prod(config[a] for a in batch) != (1 if shared(op, batch) else dp):
         return None
     rest = {a: c for a, c in config.items() if a not in batch and c > 1}
     model = math.prod(rest.values())

@@ -410,16 +410,20 @@ def _shared_params(modules: dict[str, Any]) -> list[list[tuple[str, str]]]:
 
 def _retie(modules: dict[str, Any], shared: list[list[tuple[str, str]]]) -> None:
     """Tie each of ``shared`` again after the tensor-parallel styles laid its modules out (each
-    style makes its own distributed copy): every holder takes the first's parameter, which the plan
-    splits the same way for all of them (else a one-line :class:`ModelError`)."""
-    for (first, fname), *rest in shared:
+    style makes its own distributed copy): every holder takes the parameter of the first the plan
+    laid out (a module the plan does not name, T5's ``shared`` beside the encoder's
+    ``embed_tokens``, holds what its tied readers hold), which the plan splits the same way for all
+    of those it names (else a one-line :class:`ModelError`)."""
+    for group in shared:
+        placed = [(n, p) for n, p in group if hasattr(modules[n]._parameters[p], "placements")]
+        (first, fname), *_ = placed or group
         param = modules[first]._parameters[fname]
-        for name, pname in rest:
+        for name, pname in group:
             mine = modules[name]._parameters[pname]
             if mine is param:
                 continue
             here, there = (getattr(p, "placements", None) for p in (param, mine))
-            if here != there:
+            if there is not None and here != there:
                 raise ModelError(
                     f"modules {first!r} and {name!r} share {fname!r}, which the plan lays out as {here} and {there}"
                 )
@@ -495,6 +499,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
     if tuple(mesh.shape) != (dp, tp):
         raise ModelError(f"the plan's mesh is {dp} x {tp}, the mesh given {' x '.join(map(str, mesh.shape))}")
     modules = validate(model, exported)
+    shared = _shared_params(modules)
     done = Parallelized(mesh, exported)
     for name, entry in exported.modules.items():  # experts over the data-parallel groups (all-to-all)
         if entry["tp"] == "expert-dp":
@@ -505,7 +510,6 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         from torch.distributed.tensor.parallel import parallelize_module
 
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
-        shared = _shared_params(modules)
         parallelize_module(model, mesh["tp"], styles)
         _retie(modules, shared)
         for name in styles:
@@ -555,11 +559,14 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}
             kept |= {p for v in apart_of.values() for p in v}
             fully_shard(model, mesh=mesh["dp"], ignored_params=kept)
+            _retie(modules, shared)  # a holder the plan does not name takes the sharded parameter
         group = mesh.get_group("dp")
         apart = {n for n, e in exported.modules.items() if e["tp"] == "expert-dp"}  # held once, not replicas
-        for name, module in modules.items():
-            params = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        seen: set[int] = set()  # a tied parameter synchronised once, by the module the plan names
+        for name, module in sorted(modules.items(), key=lambda item: item[0] not in exported.modules):
+            params = [p for p in module.parameters(recurse=False) if p.requires_grad and id(p) not in seen]
             params = apart_of.get(name, []) if name in owned else params
+            seen.update(id(p) for p in module.parameters(recurse=False))
             if params and name not in apart:
                 _sync_gradients(torch, params, group, dp, done.sync)
                 done.synced.append(name)

@@ -134,10 +134,21 @@ def _one_case(entry: str, plan: ExportedPlan, seed: int, rank: int, world: int, 
         "runs": {name: r["recompute"] for name, r in runs.items()},
         "computed": work,
         # every parameter, a gradient or not (BERT's pooler, off the loss's path, holds its bytes too)
-        "numels": {n: int(p.numel()) for n, p in model.named_parameters()},
+        "numels": _numels(model, plan),
         "tied": tied,
         "element": int(next(model.parameters()).element_size()),
     }
+
+
+def _numels(model: Any, plan: ExportedPlan) -> dict[str, int]:
+    """Every parameter's elements, once, under the name of a module the plan places where one
+    holds it (T5's ``encoder.embed_tokens``, not the ``shared`` module beside it)."""
+    named: dict[int, tuple[str, int]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        placed = name.rpartition(".")[0] in plan.modules
+        if id(p) not in named or (placed and named[id(p)][0].rpartition(".")[0] not in plan.modules):
+            named[id(p)] = (name, int(p.numel()))
+    return dict(named.values())
 
 
 def _summed(counts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:

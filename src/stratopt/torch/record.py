@@ -57,6 +57,16 @@ def _tensors(obj: Any, torch: Any) -> list[Any]:
     return [t for x in values() for t in _tensors(x, torch)] if callable(values) else []
 
 
+class _Restore:
+    """A handle that removes an attribute set on an instance (the class's method shows again)."""
+
+    def __init__(self, owner: Any, attribute: str) -> None:
+        self.owner, self.attribute = owner, attribute
+
+    def remove(self) -> None:
+        self.owner.__dict__.pop(self.attribute, None)
+
+
 class CollectiveRecorder:
     """Use as ``with CollectiveRecorder(model) as rec: loss = f(model(x)); loss.backward()``; then
     ``rec.counts[(module, "forward" | "backward" | "recompute")]`` is a Counter of collective kinds (module ``""``:
@@ -125,9 +135,32 @@ class CollectiveRecorder:
             for one in getattr(handle, "handles", (handle,) if handle is not None else ()):
                 if one.id in module._forward_hooks:
                     module._forward_hooks.move_to_end(one.id)
+            self._attribute_post_backward(name, module, state)
         self.mode = Mode()
         self.mode.__enter__()
         return self
+
+    def _attribute_post_backward(self, name: str, module: Any, state: Any) -> None:
+        """FSDP reduce-scatters a module's gradients after its backward pass, or, where nothing the
+        module reads needs a gradient (an embedding of token ids, a position bias of constant ids),
+        at the end of the backward pass, for every such module at once: either way, what it issues
+        there belongs to the module (one sharded alone; modules sharded together keep the rule
+        above)."""
+        group = getattr(state, "_fsdp_param_group", None)
+        if group is None or len(getattr(group, "modules", ())) != 1 or group.modules[0] is not module:
+            return
+        original = group.post_backward
+
+        def post_backward(*args: Any) -> Any:
+            before = self.in_backward, self.backward_at
+            self.in_backward, self.backward_at = True, name
+            try:
+                return original(*args)
+            finally:
+                self.in_backward, self.backward_at = before
+
+        group.post_backward = post_backward
+        self.handles.append(_Restore(group, "post_backward"))
 
     def _enter(self, name: str, torch: Any) -> Any:
         def hook(_module: Any, _args: Any) -> None:
