@@ -76,10 +76,12 @@ def test_data_parallel_all_reduces_every_weight_gradient() -> None:
 
 
 def test_sharded_twins_price_fsdp_per_operator() -> None:
-    """build(shard_weights=True) gives each product whose weights are replicated a twin of the same
-    split with the state sharded over the replicas: the tile all-gathered for the forward and the
-    backward pass, a reduce-scatter instead of the gradient all-reduce, the state held divided by the
-    replicas; splits with unreplicated weights get none; the unconstrained optimum is unchanged."""
+    """build(shard_weights=True) gives each product whose weights are replicated two twins of the
+    same split with the state sharded over the replicas: ZeRO-3 (FSDP), the tile all-gathered for the
+    forward and the backward pass, a reduce-scatter instead of the gradient all-reduce, the state
+    held divided by the replicas; ZeRO-2, the tile gathered once (forward) and its value held whole,
+    the gradient and Adam's state divided; splits with unreplicated weights get none; the
+    unconstrained optimum is unchanged."""
     where, plain = priced(1, 4, shard=False)
     _, costing = priced(1, 4)
     m = where.machine
@@ -92,15 +94,19 @@ def test_sharded_twins_price_fsdp_per_operator() -> None:
             b = base[tuple(table[c].tolist())]
             reps = row["b"]
             tile = op.inputs[1].use.size / (row["n"] * row["k"])
-            assert reps > 1 and costing.problem.labels[v][c].endswith(" fsdp")
+            zero2 = costing.is_zero2(v, int(c))
+            assert reps > 1 and costing.problem.labels[v][c].endswith(" zero2" if zero2 else " fsdp")
             gather = ag(m, tile, reps)
             old, new = plain.vertex_costs[v], costing.vertex_costs[v]
             # the bucketed gradient all-reduce becomes a reduce-scatter (one all-gather's time), and the
-            # tile is gathered twice (forward, backward)
-            assert new.comm[c] == pytest.approx(old.comm[b] - old.grad_sync[b] + 3 * gather)
+            # tile is gathered twice (forward, backward; ZeRO-2: once, forward)
+            gathers = 1 if zero2 else 2
+            assert new.comm[c] == pytest.approx(old.comm[b] - old.grad_sync[b] + (1 + gathers) * gather)
             assert new.grad_sync[c] == pytest.approx(gather)
-            assert new.weight_gather[c] == pytest.approx(2 * gather)
-            assert old.memory[b] - new.memory[c] == pytest.approx(tile * 12 * (1 - 1 / reps))
+            assert new.weight_gather[c] == pytest.approx(gathers * gather)
+            kept = 10 if zero2 else 12  # bytes per element sharded: gradient and state (and value: ZeRO-3)
+            assert old.memory[b] - new.memory[c] == pytest.approx(tile * kept * (1 - 1 / reps))
+        assert shard.sum() == 2 * costing.zero2[v].sum()  # a ZeRO-2 twin for every ZeRO-3 one
         unsharded = {tuple(r) for r, s in zip(table.tolist(), shard, strict=True) if not s}
         for r in unsharded - {tuple(r) for r in table[shard].tolist()}:
             assert dict(zip(op.axes, r, strict=True))["b"] == 1  # only unreplicated weights lack a twin

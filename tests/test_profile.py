@@ -248,8 +248,8 @@ def test_convolutions_are_priced_at_their_measured_rate() -> None:
 
 def test_fsdp_collectives_are_priced_at_their_measured_speed() -> None:
     """Gathers at half the links' ring speed and reduce-scatters at a quarter: every sharded
-    configuration's two weight gathers cost twice the ring formula and its reduce-scatter four
-    times; unsharded configurations are unchanged."""
+    configuration's weight gathers (two, ZeRO-3; one, ZeRO-2) cost twice the ring formula each and
+    its reduce-scatter four times; unsharded configurations are unchanged."""
     import dataclasses
 
     from stratopt.cost import build
@@ -270,10 +270,11 @@ def test_fsdp_collectives_are_priced_at_their_measured_speed() -> None:
             if not a.is_sharded(v, c):
                 assert float(y.comm[c]) == pytest.approx(float(x.comm[c]))
                 continue
-            ring = float(x.weight_gather[c]) / 2.0  # one gather at the ring formula's speed
-            assert float(y.weight_gather[c]) == pytest.approx(2.0 * 2.0 * ring)
+            gathers = 1.0 if a.is_zero2(v, c) else 2.0
+            ring = float(x.weight_gather[c]) / gathers  # one gather at the ring formula's speed
+            assert float(y.weight_gather[c]) == pytest.approx(gathers * 2.0 * ring)
             assert float(y.phases()[2][c]) == pytest.approx(4.0 * ring)
-            assert float(y.comm[c] - x.comm[c]) == pytest.approx(2.0 * ring + 3.0 * ring)
+            assert float(y.comm[c] - x.comm[c]) == pytest.approx(gathers * ring + 3.0 * ring)
             checked += 1
     assert checked > 0
 

@@ -66,6 +66,9 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     limit = 0.6 * float(spread.plan.memory or 0.0) / 1e9
     tight = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
     out.append((llama, "recompute-fsdp", ExportedPlan.of(tight)))
+    if world == 2:  # ZeRO-2: FSDP's weights gathered once, forward, and kept for the backward pass
+        zero2 = dataclasses.replace(tight.plan, assignment=zero2_of(tight.costing, tight.plan.assignment))
+        out.append((llama, "zero2", ExportedPlan.of(dataclasses.replace(tight, plan=zero2))))
     # checkpointed selectively: at 36% of the fastest plan's memory some products keep their outputs
     fastest = plan(llama, 1, world, simulate=False, expressible="torch", recompute="none")
     limit = 0.36 * float(fastest.plan.memory or 0.0) / 1e9
@@ -104,7 +107,11 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
             out.append(("stratopt.importers.hf:gpt2", name, ExportedPlan.of(dataclasses.replace(gpt2, plan=split))))
     if world == 2:  # BERT: position and token-type tables read at constant ids, a pooler off the loss's path
         bert = "stratopt.importers.hf:bert"
-        out.append((bert, "bert", ExportedPlan.of(plan(bert, 1, 2, simulate=False, expressible="torch"))))
+        found = plan(bert, 1, 2, simulate=False, expressible="torch")
+        out.append((bert, "bert", ExportedPlan.of(found)))
+        # data parallel: the pooler, an output of its own, gets a gradient to all-reduce as priced
+        spread = next(b for b in found.baselines if b.name == "data-parallel")
+        out.append((bert, "bert-data-parallel", ExportedPlan.of(dataclasses.replace(found, plan=spread))))
         # T5: a per-head position bias split over the heads with them; its embedding's weight held by
         # a module the model never calls (``shared``), sharded by FSDP with the one that reads it
         t5 = "stratopt.importers.hf:t5"
@@ -197,6 +204,20 @@ def _tampered(exported: ExportedPlan) -> ExportedPlan:
     raise AssertionError("the plan prices no collective")
 
 
+def zero2_of(costing, assignment):
+    """``assignment`` with every ZeRO-3 (FSDP) choice swapped for its ZeRO-2 twin (the same split and
+    recomputation, the weights kept whole between the passes)."""
+    out = []
+    for v, c in enumerate(assignment):
+        if costing.is_sharded(v, c) and not costing.is_zero2(v, c):
+            rows, again = costing.configs[v].tolist(), costing.is_recomputed(v, c)
+            twins = [k for k, r in enumerate(rows) if r == rows[c] and costing.is_zero2(v, k)]
+            c = next(k for k in twins if costing.is_recomputed(v, k) == again)
+        out.append(c)
+    assert out != list(assignment)
+    return tuple(out)
+
+
 # world 4 (the MLP tensor parallel in pipeline stages, Llama's FSDP stages, Megatron over 4) is
 # marked slow: CI came within 11 s of its 15 minutes; the README's check-plan runs at world 4
 @pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=lambda w: f"world{w}")
@@ -282,6 +303,14 @@ def test_every_plan_runs_as_priced(checked) -> None:
         ):  # every table priced (a lookup each), and the pooler's bytes held though it has no gradient
             assert {"embeddings.position_embeddings", "embeddings.token_type_embeddings"} <= set(exported.modules)
             assert report.checks["parameter bytes"] and report.priced_bytes == report.param_bytes[0], name
+        elif name == "zero2":  # every sharded module gathers once, forward, and is checkpointed as priced
+            sharded = [e for e in exported.modules.values() if e["fsdp"]]
+            assert sharded and all(e.get("reshard") is False for e in sharded), name
+            assert all("all_gather" not in e["collectives"]["backward"] for e in sharded), name
+            assert exported.recompute and report.checks["recomputation"], name
+        elif name == "bert-data-parallel":
+            pooler = next(r for r in report.collectives if r["module"] == "pooler.dense")
+            assert pooler["counted"]["backward"] == {"all_reduce": 1} and pooler["match"], name
         elif name == "t5-heads":  # the bias's table split over the heads, handed on to every block's attention
             bias = exported.modules["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"]
             assert (bias["tp"], bias["output"]) == ("colwise", "shard"), name

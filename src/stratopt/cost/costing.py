@@ -86,10 +86,22 @@ class Costing:
     sharded: tuple[np.ndarray, ...] = ()
     #: Per operator, which configurations recompute the outputs (``recompute=True``).
     recomputed: tuple[np.ndarray, ...] = ()
+    #: Per operator, which sharded configurations keep the gathered weights for the backward pass
+    #: (ZeRO-2: FSDP's ``reshard_after_forward=False``; a subset of ``sharded``).
+    zero2: tuple[np.ndarray, ...] = ()
 
     def is_sharded(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
         return bool(self.sharded[v][c]) if self.sharded else False
+
+    def is_zero2(self, v: int, c: int) -> bool:
+        """Whether operator ``v``'s configuration ``c`` shards its weight state ZeRO-2 style (the
+        weights gathered once, before the forward pass, and kept whole until the backward is done)."""
+        return bool(self.zero2[v][c]) if self.zero2 else False
+
+    def sharding(self, v: int, c: int) -> bool | str:
+        """``"zero2"`` where :meth:`is_zero2`, else :meth:`is_sharded` (how a plan's words name it)."""
+        return "zero2" if self.is_zero2(v, c) else self.is_sharded(v, c)
 
     def held_weights(self, v: int, c: int) -> float:
         """Weight elements one device holds for operator ``v`` in configuration ``c``: its tile,
@@ -285,7 +297,9 @@ def build(
     shard_weights
         Also offer, for every product whose weights are replicated (data parallelism), the same
         configuration with the weight state sharded over the replicas, FSDP / ZeRO-3 style
-        (labelled ``... fsdp``; priced by the profile's ``sharded`` method; ``default`` only).
+        (labelled ``... fsdp``; priced by the profile's ``sharded`` method; ``default`` only), and
+        ZeRO-2 style (labelled ``... zero2``: the weights gathered once and kept whole through the
+        backward pass, the gradient and optimizer state sharded; ``sharded(..., regather=False)``).
     recompute
         Also offer every configuration (sharded twins included) with the operator's outputs
         recomputed in the backward pass instead of kept for it (labelled ``... recompute``): its
@@ -339,6 +353,7 @@ def build(
         if asked and not hasattr(prof, needs):
             raise ModelError(f"profile {prof.name!r} cannot price {what} (the default profile can)")
     unique_sharded = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
+    unique_zero2 = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     if shard_weights:
         for key, v in first.items():
             op, cfg = ops[v], unique_configs[key]
@@ -348,10 +363,15 @@ def build(
             if twins.size == 0:
                 continue
             base = _fields(unique_costs[key])
-            picked: list[Any] = [None if x is None else x[twins] for x in base]
-            unique_configs[key] = np.vstack([cfg, cfg[twins]])
-            unique_costs[key] = _joined(base, _fields(prof.sharded(op, cfg[twins], VertexCosts(*picked))))
-            unique_sharded[key] = np.concatenate([np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)])
+            rows: list[Any] = [None if x is None else x[twins] for x in base]
+            picked = VertexCosts(*rows)
+            zero3 = _fields(prof.sharded(op, cfg[twins], picked))
+            zero2 = _fields(prof.sharded(op, cfg[twins], picked, regather=False))
+            unique_configs[key] = np.vstack([cfg, cfg[twins], cfg[twins]])
+            unique_costs[key] = _joined(_fields(_joined(base, zero3)), zero2)
+            none, some = np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)
+            unique_sharded[key] = np.concatenate([none, some, some])
+            unique_zero2[key] = np.concatenate([none, ~some, some])
     unique_recomputed = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     if recompute:
         for key, v in first.items():
@@ -361,11 +381,14 @@ def build(
             held = np.minimum(output_bytes(ops[v], cfg, prof.dtype_bytes), memory)  # none inside a fused kernel
             # the forward runs again with its communication, but for FSDP's weight gather: the
             # weights gathered for the recomputation stay for the backward pass, which gathers none
+            # (ZeRO-2 gathers once, forward, and keeps them)
             extra = prof.recompute_overhead(ops[v]) if hasattr(prof, "recompute_overhead") else 0.0
-            again = (compute + ahead + extra, comm + fwd - gather / 2.0, memory - held, fwd, sync, ahead, gather, step)
+            one = np.where(unique_zero2[key], gather, gather / 2.0)
+            again = (compute + ahead + extra, comm + fwd - one, memory - held, fwd, sync, ahead, gather, step)
             unique_configs[key] = np.vstack([cfg, cfg])
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])
+            unique_zero2[key] = np.concatenate([unique_zero2[key], unique_zero2[key]])
             unique_recomputed[key] = np.concatenate(
                 [np.zeros(cfg.shape[0], dtype=bool), np.ones(cfg.shape[0], dtype=bool)]
             )
@@ -386,9 +409,15 @@ def build(
         matrices.append(table)
     unique_labels = {
         key: [
-            config_label(ops[v], row) + (" fsdp" if shard else "") + (" recompute" if again else "")
-            for row, shard, again in zip(
-                unique_configs[key].tolist(), unique_sharded[key].tolist(), unique_recomputed[key].tolist(), strict=True
+            config_label(ops[v], row)
+            + (" zero2" if keep else " fsdp" if shard else "")
+            + (" recompute" if again else "")
+            for row, shard, keep, again in zip(
+                unique_configs[key].tolist(),
+                unique_sharded[key].tolist(),
+                unique_zero2[key].tolist(),
+                unique_recomputed[key].tolist(),
+                strict=True,
             )
         ]
         for key, v in first.items()
@@ -425,10 +454,14 @@ def build(
     }
     sharded = tuple(unique_sharded[key] for key in keys) if shard_weights else ()
     recomputed = tuple(unique_recomputed[key] for key in keys) if recompute else ()
+    zero2 = tuple(unique_zero2[key] for key in keys) if shard_weights else ()
     stats["sharded_choices"] = int(sum(x.sum() for x in sharded))
+    stats["zero2_choices"] = int(sum(x.sum() for x in zero2))
     stats["recomputed_choices"] = int(sum(x.sum() for x in recomputed))
     took = time.perf_counter() - start
-    return Costing(graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed)
+    return Costing(
+        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed, zero2
+    )
 
 
 def _fields(c: VertexCosts) -> tuple[Any, ...]:

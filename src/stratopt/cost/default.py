@@ -339,21 +339,25 @@ class DefaultProfile(EdgePricing):
         group = exchanging(src, dst)
         return 2.0 * self.links.transfer(words * self.dtype_bytes, group) * _US
 
-    def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> VertexCosts:
+    def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts, *, regather: bool = True) -> VertexCosts:
         """The same configurations with the operator's weight state sharded over its replicas (ZeRO-3 /
         FSDP): the devices that hold the same weight tile (the splits of the axes no weight has) each keep
         1/r of its value, gradient and optimizer state; the tile is all-gathered before the forward and
         again before the backward pass, and the gradient reduce-scattered instead of all-reduced. Against
         ``base`` (the unsharded costs of the same rows): the gradient's (bucketed) all-reduce becomes a
         reduce-scatter, and two all-gathers of the tile come in, one on the forward path; the state
-        held drops to 1/r."""
+        held drops to 1/r. ``regather=False``: ZeRO-2 (FSDP's ``reshard_after_forward=False``), the
+        tile gathered once, before the forward pass, and held whole until the backward pass is done:
+        the gradient and optimizer state drop to 1/r, the value does not."""
         cfg = configs.astype(np.float64)
         reps, spans = replicas(op, cfg)
         held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
         ring = self.links.all_gather(held * self.dtype_bytes, reps, spans) * _US
         gather, scatter = ring / self.gathers, ring / self.scatters
         fwd, _, sync = base.phases()
-        saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / reps)
+        gathers = 2.0 if regather else 1.0
+        kept = (2 if regather else 1) * self.dtype_bytes + self.state_bytes  # bytes per element sharded
+        saved = held * kept * (1.0 - 1.0 / reps)
         # gathered for the forward pass and again for the backward; the optimizer steps on 1/r;
         # FSDP's work around each module it wraps (hooks, gather and reshard bookkeeping): a fixed
         # cost per pass of every product whose weights it shards
@@ -361,15 +365,15 @@ class DefaultProfile(EdgePricing):
         hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
         # the bucketed all-reduce of the gradient becomes FSDP's reduce-scatter (per unit: the ring
         # formula of one all-gather, at the reduce-scatters' speed); the tile is gathered for the
-        # forward pass and again for the backward, at the gathers' speed
+        # forward pass and again for the backward (ZeRO-3; ZeRO-2 keeps it), at the gathers' speed
         return VertexCosts(
             base.compute - optimizer + hooks,
-            base.comm - sync + 2.0 * gather + scatter,
+            base.comm - sync + gathers * gather + scatter,
             base.memory - saved,
             fwd + gather,
             scatter,
             base.forward_compute,
-            2.0 * gather,
+            gathers * gather,
             None if base.per_step is None else base.per_step - optimizer,
         )
 

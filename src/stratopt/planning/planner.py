@@ -147,9 +147,6 @@ def plan(
             if assignment is not None or again is not None:
                 assignment, status = _better(costing, (assignment, again), bound)
 
-    def sharded(v: int, c: int) -> bool:
-        return costing.is_sharded(v, c)
-
     constant = float(getattr(costing.profile, "step_overhead", 0.0))  # per step, outside the task graph
 
     def timed(a: tuple[int, ...]) -> float:
@@ -161,7 +158,7 @@ def plan(
         simulated = None
         if simulate:
             simulated = float(simulate_strategy(costing, a)[1]["iteration_time"]) + constant
-        layers = tuple(describe_layers(graph, costing.configs, a, sharded, costing.is_recomputed))
+        layers = tuple(describe_layers(graph, costing.configs, a, costing.sharding, costing.is_recomputed))
         objective = float(evaluate(costing.problem, a).objective)
         return Strategy(name, a, estimate, simulated, memory, memory <= limit, note, layers, objective)
 

@@ -159,7 +159,7 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
                 "in_flight": in_flight,
                 "memory": total + (in_flight - 1) * activations,
                 "strategy": describe_layers(
-                    costing.graph, costing.configs, s.assignment, costing.is_sharded, costing.is_recomputed
+                    costing.graph, costing.configs, s.assignment, costing.sharding, costing.is_recomputed
                 ),
             }
         )

@@ -105,6 +105,9 @@ class ModulePlacement:
     #: How many equal pieces the split region a column-parallel module opens cuts its output into
     #: (a fused projection: :func:`~stratopt.planning.regions.fused_pieces`); 1: not fused.
     pieces: int = 1
+    #: Whether FSDP frees the weights it gathered after the forward pass (ZeRO-3) or keeps them
+    #: whole until the backward pass is done (False: ZeRO-2, ``reshard_after_forward=False``).
+    reshard: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
@@ -112,6 +115,7 @@ class ModulePlacement:
         skip = ["module", "held"] + ([] if not self.rerun else ["rerun"])
         skip += [] if "sequence" in (self.input, self.output) else ["sequence_dim"]
         skip += [] if self.pieces > 1 else ["pieces"]
+        skip += [] if self.fsdp and not self.reshard else ["reshard"]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
@@ -125,6 +129,12 @@ AS_RUN_ROUNDS = 6
 def mesh_shapes(devices: int, gpus_per_node: int) -> list[tuple[int, int]]:
     """The ``(dp, tp)`` meshes of ``devices``: tensor parallelism over a divisor of a node."""
     return [(devices // t, t) for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and devices % t == 0]
+
+
+def _sharding(costing: Any, v: int, c: int) -> str:
+    """How operator ``v``'s configuration ``c`` shards its weight state: ``"fsdp"`` (ZeRO-3),
+    ``"zero2"`` or ``""`` (not at all)."""
+    return "zero2" if costing.is_zero2(v, c) else "fsdp" if costing.is_sharded(v, c) else ""
 
 
 def _holds(op: Operator) -> bool:
@@ -261,7 +271,7 @@ def module_placements(
                     seen.add(w)
                     (reaches.add if styles[w] == "rowwise" else todo.append)(w)
     # a tied weight (an output projection reading the embedding's table) is sharded with its owner
-    owned = {n: costing.is_sharded(u, assignment[u]) and dp > 1 for u, op in enumerate(ops) for n in _params(op)}
+    owned = {n: _sharding(costing, u, assignment[u]) if dp > 1 else "" for u, op in enumerate(ops) for n in _params(op)}
     recomputing = checkpointed(costing, assignment)
     if isinstance(recomputing, str):
         raise ModelError(recomputing)
@@ -338,10 +348,10 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
         config = rows[assignment[v]]
         if all(config[i] == 1 for i in range(len(op.axes)) if i not in keep):
             continue
-        again, sharded = costing.is_recomputed(v, assignment[v]), costing.is_sharded(v, assignment[v])
+        again, sharded = costing.is_recomputed(v, assignment[v]), _sharding(costing, v, assignment[v])
         for c, row in enumerate(rows):
             whole = all(row[i] == (config[i] if i in keep else 1) for i in range(len(op.axes)))
-            if whole and costing.is_recomputed(v, c) == again and costing.is_sharded(v, c) == sharded:
+            if whole and costing.is_recomputed(v, c) == again and _sharding(costing, v, c) == sharded:
                 out[v] = c
                 break
     return tuple(out)
@@ -353,7 +363,11 @@ def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     whole or both split over the experts, both sharded or neither. The module's gradients are reduced
     in one bucket and FSDP gathers its weights in one collective, so each collective counts once
     per pass (the cost model prices each operator's share of the bytes, and a latency each)."""
-    if first.tp != then.tp or first.tp not in ("replicate", "expert", "expert-dp") or first.fsdp != then.fsdp:
+    if (
+        first.tp != then.tp
+        or first.tp not in ("replicate", "expert", "expert-dp")
+        or (first.fsdp, first.reshard) != (then.fsdp, then.reshard)
+    ):
         raise ModelError(
             f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
             f"({first.tp}{', fsdp' if first.fsdp else ''} and {then.tp}{', fsdp' if then.fsdp else ''}); "
@@ -376,7 +390,7 @@ def _recomputing(placement: ModulePlacement, tied: bool, rerun: bool) -> ModuleP
     ``rerun``: the block's re-run stops as it enters the module (its last product,
     :func:`~stratopt.planning.recompute.tails`), which issues nothing again."""
     again = dict(placement.collectives.get("forward", {})) if rerun else {}
-    if placement.fsdp and not tied and rerun:  # a tied weight's gathers are its owner's
+    if placement.fsdp and not tied and rerun:  # a tied weight's gathers are its owner's (ZeRO-2: kept)
         again["all_gather"] -= 1
     collectives = {**placement.collectives, "recompute": _nonzero(again)}
     return dataclasses.replace(placement, collectives=collectives, rerun=rerun)
@@ -448,7 +462,7 @@ def _placement(
     split_out: bool,
     out_edges: dict[int, list[tuple[int, int]]],
     in_edges: dict[int, list[tuple[int, int]]],
-    owned: dict[str, bool],
+    owned: dict[str, str],
 ) -> ModulePlacement:
     """Operator ``v``'s module placement and the collectives priced for it: the output's all-reduce
     over split input features (forward), the input gradient's over split output features (backward,
@@ -461,7 +475,8 @@ def _placement(
     op = costing.graph.operators[v]
     c = assignment[v]
     tied = op.attrs.get("tied")
-    fsdp = owned.get(tied, False) if isinstance(tied, str) else costing.is_sharded(v, c) and dp > 1
+    mode = owned.get(tied, "") if isinstance(tied, str) else _sharding(costing, v, c) if dp > 1 else ""
+    fsdp, reshard = bool(mode), mode != "zero2"  # ZeRO-2: gathered once, kept for the backward pass
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
     if kind in ("rowwise", "vocab", "expert"):  # partial sums (an expert split: combine's), or scattered into a region
@@ -473,7 +488,7 @@ def _placement(
         backward["all_reduce"] = 1
     if kind == "expert-dp":  # the counts, the tokens sent and their results returned; their gradients
         forward["all_to_all"], backward["all_to_all"] = 3, 2
-        fsdp = False  # its experts are on one data-parallel group each: nothing to shard or reduce
+        fsdp, reshard = False, True  # its experts are on one data-parallel group each: nothing to shard or reduce
     if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
         backward["all_reduce"] = 1
     if kind == "rowwise" and not split_in and reads_data:  # a whole input split here: its gradient gathered back
@@ -482,7 +497,8 @@ def _placement(
         forward["all_gather"] = 1
     if fsdp and not tied:  # a tied weight's gathers and reduction are its owner's
         forward["all_gather"] = forward.get("all_gather", 0) + 1
-        backward["all_gather"] = backward.get("all_gather", 0) + 1
+        if reshard:
+            backward["all_gather"] = backward.get("all_gather", 0) + 1
         backward["reduce_scatter"] = 1
     elif dp > 1 and not op.attrs.get("tied") and kind != "expert-dp":
         backward["all_reduce"] = backward.get("all_reduce", 0) + 1
@@ -496,6 +512,7 @@ def _placement(
         tuple(op.attrs.get("params") or ()),
         {"forward": forward, "backward": backward},
         float(costing.held_weights(v, c)),
+        reshard=reshard,
     )
 
 

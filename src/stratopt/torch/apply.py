@@ -408,22 +408,22 @@ def _shared_params(modules: dict[str, Any]) -> list[list[tuple[str, str]]]:
     return [group for group in holders.values() if len(group) > 1]
 
 
-def _retie(modules: dict[str, Any], shared: list[list[tuple[str, str]]]) -> None:
-    """Tie each of ``shared`` again after the tensor-parallel styles laid its modules out (each
-    style makes its own distributed copy): every holder takes the parameter of the first the plan
-    laid out (a module the plan does not name, T5's ``shared`` beside the encoder's
+def _retie(modules: dict[str, Any], shared: list[list[tuple[str, str]]], named: Any) -> None:
+    """Tie each of ``shared`` again after the tensor-parallel styles, or FSDP, laid its modules out
+    (each makes its own distributed copy): every holder takes the parameter of the first the plan
+    names (``named``; a module it does not name, T5's ``shared`` beside the encoder's
     ``embed_tokens``, holds what its tied readers hold), which the plan splits the same way for all
     of those it names (else a one-line :class:`ModelError`)."""
     for group in shared:
-        placed = [(n, p) for n, p in group if hasattr(modules[n]._parameters[p], "placements")]
-        (first, fname), *_ = placed or group
+        ours = [(n, p) for n, p in group if n in named]
+        (first, fname), *_ = ours or group
         param = modules[first]._parameters[fname]
         for name, pname in group:
             mine = modules[name]._parameters[pname]
             if mine is param:
                 continue
             here, there = (getattr(p, "placements", None) for p in (param, mine))
-            if there is not None and here != there:
+            if name in named and here != there:
                 raise ModelError(
                     f"modules {first!r} and {name!r} share {fname!r}, which the plan lays out as {here} and {there}"
                 )
@@ -511,7 +511,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
 
         styles = {name: _styles(torch, name, modules[name], e) for name, e in split.items()}
         parallelize_module(model, mesh["tp"], styles)
-        _retie(modules, shared)
+        _retie(modules, shared, exported.modules)
         for name in styles:
             modules[name].register_forward_hook(_owned_output)
         done.styles.update({name: type(s).__name__ for name, s in styles.items()})
@@ -547,6 +547,8 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             fully_shard(
                 group if len(group) > 1 else group[0],
                 mesh=mesh["dp"],
+                # ZeRO-2: the weights gathered for the forward pass kept for the backward pass
+                reshard_after_forward=all(exported.modules[n].get("reshard", True) for n in names),
                 ignored_params={p for v in vectors.values() for p in v} or None,
                 shard_placement_fn=beside_pieces,
             )
@@ -559,7 +561,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             kept = {p for n, m in modules.items() if n not in owned for p in m.parameters(recurse=False)}
             kept |= {p for v in apart_of.values() for p in v}
             fully_shard(model, mesh=mesh["dp"], ignored_params=kept)
-            _retie(modules, shared)  # a holder the plan does not name takes the sharded parameter
+            _retie(modules, shared, exported.modules)  # a holder the plan does not name takes the sharded parameter
         group = mesh.get_group("dp")
         apart = {n for n, e in exported.modules.items() if e["tp"] == "expert-dp"}  # held once, not replicas
         seen: set[int] = set()  # a tied parameter synchronised once, by the module the plan names

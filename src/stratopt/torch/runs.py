@@ -32,15 +32,36 @@ def build_model(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tup
 
 
 def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
-    """The mean of the model's first output times a fixed random tensor of the whole batch's shape
-    (this rank's ``part`` of ``parts`` along the batch): a loss every model has, which a final
-    normalisation does not make constant."""
+    """The sum, over the model's floating-point outputs that keep the batch (the first one's size
+    along their first dimension), of each output's mean times a fixed random tensor of the whole
+    batch's shape (this rank's ``part`` of ``parts`` along the batch): a loss every model has,
+    which a final normalisation does not make constant, and which every operator the graph prices
+    reaches (BERT's pooler, an output of its own beside the hidden states)."""
     import torch
 
-    while not isinstance(out, torch.Tensor):
-        out = out[0] if isinstance(out, list | tuple) else next(iter(out.values()))
-    whole = (out.shape[0] * parts, *out.shape[1:])
-    return (out * loss_weights(whole, parts, part, out.dtype, out.device)).mean()
+    outputs = [t for t in _floats(out, torch) if t.dim() > 0]
+    if not outputs:
+        raise ModelError("the model returns no floating-point tensor to take a loss of")
+    batch = outputs[0].shape[0]
+    total = None
+    for t in outputs:
+        if t.shape[0] != batch:
+            continue
+        whole = (t.shape[0] * parts, *t.shape[1:])
+        term = (t * loss_weights(whole, parts, part, t.dtype, t.device)).mean()
+        total = term if total is None else total + term
+    return total
+
+
+def _floats(out: Any, torch: Any) -> list[Any]:
+    """The floating-point tensors in a model's output (a tensor, a tuple or list, a dict or a
+    Hugging Face ``ModelOutput``), in order."""
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() else []
+    if isinstance(out, list | tuple):
+        return [t for x in out for t in _floats(x, torch)]
+    values = getattr(out, "values", None)
+    return [t for x in values() for t in _floats(x, torch)] if callable(values) else []
 
 
 @functools.lru_cache(maxsize=8)
