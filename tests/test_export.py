@@ -59,6 +59,16 @@ def test_cli_export_equals_the_library_export(exported, tmp_path, capsys) -> Non
             "module 'fc': 'rerun' must be true or false",
         ),
         (
+            lambda d: d.update(
+                mesh={"shape": [4, 1]}, modules={"fc": {"tp": "replicate", "fsdp": False, "reshard": False}}
+            ),
+            "module 'fc': 'reshard' must be true or false, false (ZeRO-2) only where 'fsdp' is true",
+        ),
+        (
+            lambda d: d.update(mesh={"shape": [4, 1]}, modules={"fc": {"tp": "replicate", "fsdp": True, "hsdp": 3}}),
+            "module 'fc': 'hsdp' must divide the data-parallel devices, on a module 'fsdp' shards",
+        ),
+        (
             lambda d: d.update(mesh={"shape": [1, 4]}, modules={"fc": {"tp": "rowwise", "fsdp": False, "pieces": 3}}),
             "module 'fc': 'pieces' must be a positive integer, above 1 only on a colwise module handing on its shard",
         ),

@@ -113,6 +113,41 @@ def test_sharded_twins_price_fsdp_per_operator() -> None:
     assert solve(costing.problem, "dp").objective == pytest.approx(solve(plain.problem, "dp").objective)
 
 
+def test_hybrid_twins_shard_inside_each_node_and_reduce_across() -> None:
+    """On 2 nodes of 2 devices, a product whose weights are replicated over all 4 (data parallel 4
+    ways) also gets an HSDP twin: the weight state sharded over the 2 replicas of each node, its
+    tile gathered twice on the node's links, the gradient reduce-scattered there and each half
+    all-reduced across the 2 nodes (the network), the state held halved. A split whose replicas all
+    lie in one node (2 ways, inside a node) or one per node has none; the labels say ``hsdp``."""
+    where, costing = priced(2, 2)
+    _, plain = priced(2, 2, shard=False)
+    m = where.machine
+    found = 0
+    for v, op in enumerate(costing.graph.operators):
+        base = {tuple(r): c for c, r in enumerate(plain.configs[v].tolist())}
+        for c, row in enumerate(costing.configs[v].tolist()):
+            group = costing.hybrid_group(v, c)
+            if not group:
+                continue
+            split = dict(zip(op.axes, row, strict=True))
+            assert split["b"] == 4 and group == 2 and costing.problem.labels[v][c].endswith(" hsdp")
+            assert costing.sharding(v, c) == "hsdp" and costing.is_sharded(v, c)
+            tile = op.inputs[1].use.size / (split["n"] * split["k"])
+            gather = ag(m, tile, 2)  # a compact group of 2: one node
+            across = float(m.all_reduce(np.array(tile / 2 * 2.0), np.array(2), np.array(4))) * 1e6
+            old, new = plain.vertex_costs[v], costing.vertex_costs[v]
+            b = base[tuple(row)]
+            assert new.weight_gather[c] == pytest.approx(2 * gather)
+            assert new.grad_sync[c] == pytest.approx(gather + across)
+            assert new.comm[c] == pytest.approx(old.comm[b] - old.grad_sync[b] + 3 * gather + across)
+            assert old.memory[b] - new.memory[c] == pytest.approx(tile * 12 * (1 - 1 / 2))
+            assert costing.held_weights(v, c) == pytest.approx(tile / 2)
+            found += 1
+        rows = [dict(zip(op.axes, r, strict=True)) for r in costing.configs[v].tolist()]
+        assert not any(costing.hybrid_group(v, c) for c, r in enumerate(rows) if r["b"] < 4)
+    assert found
+
+
 def test_fsdp_gathers_every_weight_twice_and_shards_the_state() -> None:
     """FSDP over 4 devices: data parallelism's (bucketed) all-reduce becomes a reduce-scatter, and
     each weight is all-gathered twice (forward, backward): three all-gathers in all; the weights,

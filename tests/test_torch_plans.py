@@ -67,7 +67,7 @@ def _cases(world: int) -> list[tuple[str, str, ExportedPlan]]:
     tight = plan(llama, world, 1, simulate=False, expressible="torch", recompute="full", memory_gb=limit)
     out.append((llama, "recompute-fsdp", ExportedPlan.of(tight)))
     if world == 2:  # ZeRO-2: FSDP's weights gathered once, forward, and kept for the backward pass
-        zero2 = dataclasses.replace(tight.plan, assignment=zero2_of(tight.costing, tight.plan.assignment))
+        zero2 = dataclasses.replace(tight.plan, assignment=twin_of(tight.costing, tight.plan.assignment, "zero2"))
         out.append((llama, "zero2", ExportedPlan.of(dataclasses.replace(tight, plan=zero2))))
     # checkpointed selectively: at 36% of the fastest plan's memory some products keep their outputs
     fastest = plan(llama, 1, world, simulate=False, expressible="torch", recompute="none")
@@ -204,14 +204,15 @@ def _tampered(exported: ExportedPlan) -> ExportedPlan:
     raise AssertionError("the plan prices no collective")
 
 
-def zero2_of(costing, assignment):
-    """``assignment`` with every ZeRO-3 (FSDP) choice swapped for its ZeRO-2 twin (the same split and
-    recomputation, the weights kept whole between the passes)."""
+def twin_of(costing, assignment, mode: str):
+    """``assignment`` with every ZeRO-3 (FSDP) choice swapped for its twin sharded the other way,
+    ``mode`` (``"zero2"``: the weights kept whole between the passes; ``"hsdp"``: sharded inside
+    each node), the same split and recomputation."""
     out = []
     for v, c in enumerate(assignment):
-        if costing.is_sharded(v, c) and not costing.is_zero2(v, c):
+        if costing.sharding_mode(v, c) == "fsdp":
             rows, again = costing.configs[v].tolist(), costing.is_recomputed(v, c)
-            twins = [k for k, r in enumerate(rows) if r == rows[c] and costing.is_zero2(v, k)]
+            twins = [k for k, r in enumerate(rows) if r == rows[c] and costing.sharding_mode(v, k) == mode]
             c = next(k for k in twins if costing.is_recomputed(v, k) == again)
         out.append(c)
     assert out != list(assignment)
@@ -651,3 +652,21 @@ def test_a_tied_weight_splits_one_way_over_the_tensor_parallel_devices(tmp_path)
     assert (exported.modules["embed"]["tp"], exported.modules["head"]["tp"]) == ("colwise", "rowwise")
     report = check_plan(entry, exported, 2)
     assert report.ok, report.to_dict()["checks"]
+
+
+def test_hsdp_shards_inside_each_node_and_runs_as_priced() -> None:
+    """HSDP on 2 nodes of 2 (world 4): FSDP's plan with every sharded module sharded over its node's
+    2 data-parallel devices instead of all 4 (a 2-D mesh, replicate x shard, cut from the plan's
+    data-parallel dimension), each gradient shard all-reduced across the nodes: one process's loss
+    and gradients, each rank holding half the weights, every collective as priced."""
+    llama = "stratopt.importers.hf:llama"
+    found = plan(llama, 2, 2, simulate=False, expressible="torch")
+    fsdp = next(b for b in found.baselines if b.name == "fsdp")
+    hybrid = dataclasses.replace(fsdp, assignment=twin_of(found.costing, fsdp.assignment, "hsdp"))
+    exported = ExportedPlan.of(dataclasses.replace(found, plan=hybrid))
+    sharded = [e for e in exported.modules.values() if e["fsdp"]]
+    assert exported.mesh == (4, 1) and sharded and all(e["hsdp"] == 2 for e in sharded)
+    assert all(e["collectives"]["backward"]["all_reduce"] == 1 for e in sharded)
+    (report,) = check_plans([(llama, exported)], 4, timeout=600)
+    assert report.ok and report.checks["parameter bytes"] and all(r["match"] for r in report.collectives)
+    assert report.loss_error <= TOLERANCE and report.gradient_error <= TOLERANCE

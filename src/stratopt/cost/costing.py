@@ -89,6 +89,9 @@ class Costing:
     #: Per operator, which sharded configurations keep the gathered weights for the backward pass
     #: (ZeRO-2: FSDP's ``reshard_after_forward=False``; a subset of ``sharded``).
     zero2: tuple[np.ndarray, ...] = ()
+    #: Per operator, each configuration's HSDP shard group (the replicas of one node the weight
+    #: state is sharded over, data parallel across the nodes); 0 where it is not HSDP.
+    hybrid: tuple[np.ndarray, ...] = ()
 
     def is_sharded(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
@@ -99,9 +102,23 @@ class Costing:
         weights gathered once, before the forward pass, and kept whole until the backward is done)."""
         return bool(self.zero2[v][c]) if self.zero2 else False
 
+    def hybrid_group(self, v: int, c: int) -> int:
+        """The shard group of operator ``v``'s configuration ``c`` where it shards its weight state
+        HSDP style (inside each node), else 0."""
+        return int(self.hybrid[v][c]) if self.hybrid else 0
+
+    def sharding_mode(self, v: int, c: int) -> str:
+        """How operator ``v``'s configuration ``c`` shards its weight state: ``"fsdp"`` (ZeRO-3),
+        ``"zero2"``, ``"hsdp"`` (inside each node) or ``""`` (not at all)."""
+        if self.is_zero2(v, c):
+            return "zero2"
+        return "hsdp" if self.hybrid_group(v, c) else "fsdp" if self.is_sharded(v, c) else ""
+
     def sharding(self, v: int, c: int) -> bool | str:
-        """``"zero2"`` where :meth:`is_zero2`, else :meth:`is_sharded` (how a plan's words name it)."""
-        return "zero2" if self.is_zero2(v, c) else self.is_sharded(v, c)
+        """``"zero2"`` or ``"hsdp"`` where :meth:`sharding_mode` says so, else :meth:`is_sharded`
+        (how a plan's words name it)."""
+        mode = self.sharding_mode(v, c)
+        return mode if mode in ("zero2", "hsdp") else bool(mode)
 
     def held_weights(self, v: int, c: int) -> float:
         """Weight elements one device holds for operator ``v`` in configuration ``c``: its tile,
@@ -109,7 +126,8 @@ class Costing:
 
         op, config = self.graph.operators[v], self.configs[v][c : c + 1]
         tile = float(weight_tile(op, config)[0])
-        return tile / float(replicas(op, config)[0][0]) if self.is_sharded(v, c) else tile
+        group = self.hybrid_group(v, c) or (float(replicas(op, config)[0][0]) if self.is_sharded(v, c) else 1.0)
+        return tile / group
 
     @property
     def overlap(self) -> float:
@@ -299,7 +317,9 @@ def build(
         configuration with the weight state sharded over the replicas, FSDP / ZeRO-3 style
         (labelled ``... fsdp``; priced by the profile's ``sharded`` method; ``default`` only), and
         ZeRO-2 style (labelled ``... zero2``: the weights gathered once and kept whole through the
-        backward pass, the gradient and optimizer state sharded; ``sharded(..., regather=False)``).
+        backward pass, the gradient and optimizer state sharded; ``sharded(..., regather=False)``),
+        and, where the replicas span several nodes, HSDP style (labelled ``... hsdp``: sharded over
+        each node's replicas, the gradient's shards all-reduced across the nodes; ``hybrid``).
     recompute
         Also offer every configuration (sharded twins included) with the operator's outputs
         recomputed in the backward pass instead of kept for it (labelled ``... recompute``): its
@@ -354,6 +374,7 @@ def build(
             raise ModelError(f"profile {prof.name!r} cannot price {what} (the default profile can)")
     unique_sharded = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     unique_zero2 = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
+    unique_hybrid = {key: np.zeros(unique_configs[key].shape[0]) for key in first}
     if shard_weights:
         for key, v in first.items():
             op, cfg = ops[v], unique_configs[key]
@@ -367,11 +388,19 @@ def build(
             picked = VertexCosts(*rows)
             zero3 = _fields(prof.sharded(op, cfg[twins], picked))
             zero2 = _fields(prof.sharded(op, cfg[twins], picked, regather=False))
-            unique_configs[key] = np.vstack([cfg, cfg[twins], cfg[twins]])
-            unique_costs[key] = _joined(_fields(_joined(base, zero3)), zero2)
+            joined = _joined(_fields(_joined(base, zero3)), zero2)
+            hybrid, group = (prof.hybrid(op, cfg[twins], picked)) if hasattr(prof, "hybrid") else (None, None)
+            spread = np.zeros(0, dtype=np.int64) if group is None else np.flatnonzero(group > 1)
             none, some = np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)
-            unique_sharded[key] = np.concatenate([none, some, some])
-            unique_zero2[key] = np.concatenate([none, ~some, some])
+            unique_configs[key] = np.vstack([cfg, cfg[twins], cfg[twins], cfg[twins][spread]])
+            if hybrid is not None and spread.size:
+                rows = [None if x is None else x[spread] for x in _fields(hybrid)]
+                joined = _joined(_fields(joined), tuple(rows))
+            unique_costs[key] = joined
+            unique_sharded[key] = np.concatenate([none, some, some, np.ones(spread.size, dtype=bool)])
+            unique_zero2[key] = np.concatenate([none, ~some, some, np.zeros(spread.size, dtype=bool)])
+            sizes = np.zeros(0) if group is None else group[spread]
+            unique_hybrid[key] = np.concatenate([np.zeros(cfg.shape[0] + 2 * twins.size), sizes])
     unique_recomputed = {key: np.zeros(unique_configs[key].shape[0], dtype=bool) for key in first}
     if recompute:
         for key, v in first.items():
@@ -389,6 +418,7 @@ def build(
             unique_costs[key] = _joined(_fields(costs), again)
             unique_sharded[key] = np.concatenate([unique_sharded[key], unique_sharded[key]])
             unique_zero2[key] = np.concatenate([unique_zero2[key], unique_zero2[key]])
+            unique_hybrid[key] = np.concatenate([unique_hybrid[key], unique_hybrid[key]])
             unique_recomputed[key] = np.concatenate(
                 [np.zeros(cfg.shape[0], dtype=bool), np.ones(cfg.shape[0], dtype=bool)]
             )
@@ -410,12 +440,13 @@ def build(
     unique_labels = {
         key: [
             config_label(ops[v], row)
-            + (" zero2" if keep else " fsdp" if shard else "")
+            + (" zero2" if keep else " hsdp" if hybrid else " fsdp" if shard else "")
             + (" recompute" if again else "")
-            for row, shard, keep, again in zip(
+            for row, shard, keep, hybrid, again in zip(
                 unique_configs[key].tolist(),
                 unique_sharded[key].tolist(),
                 unique_zero2[key].tolist(),
+                unique_hybrid[key].tolist(),
                 unique_recomputed[key].tolist(),
                 strict=True,
             )
@@ -455,12 +486,14 @@ def build(
     sharded = tuple(unique_sharded[key] for key in keys) if shard_weights else ()
     recomputed = tuple(unique_recomputed[key] for key in keys) if recompute else ()
     zero2 = tuple(unique_zero2[key] for key in keys) if shard_weights else ()
+    hybrid = tuple(unique_hybrid[key] for key in keys) if shard_weights else ()
     stats["sharded_choices"] = int(sum(x.sum() for x in sharded))
     stats["zero2_choices"] = int(sum(x.sum() for x in zero2))
+    stats["hybrid_choices"] = int(sum((x > 0).sum() for x in hybrid))
     stats["recomputed_choices"] = int(sum(x.sum() for x in recomputed))
     took = time.perf_counter() - start
     return Costing(
-        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed, zero2
+        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed, zero2, hybrid
     )
 
 

@@ -377,6 +377,41 @@ class DefaultProfile(EdgePricing):
             None if base.per_step is None else base.per_step - optimizer,
         )
 
+    def hybrid(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> tuple[VertexCosts, np.ndarray]:
+        """The same configurations with the weight state sharded inside each node only (HSDP: FSDP
+        over the replicas a node holds, data parallel across the nodes), and which rows have such a
+        form (a replica group that spans several nodes, with several replicas in each). Against
+        ``base``: the tile is all-gathered inside the node before the forward and again before the
+        backward pass; the gradient is reduce-scattered inside the node and each shard all-reduced
+        over the nodes (one replica group per shard); the state held drops to 1/s, s the
+        replicas per node: (the costs, s per row, 1 where there is no such form)."""
+        cfg = configs.astype(np.float64)
+        reps, spans = replicas(op, cfg)
+        node = float(self.links.devices_per_node)
+        stride = spans / np.maximum(reps, 1.0)  # devices between two replicas
+        inside = np.where((spans > node) & (stride < node), np.floor(node / stride), 1.0)
+        valid = (inside > 1) & (np.mod(reps, inside) == 0)
+        s = np.where(valid, inside, 1.0)
+        across = reps / s
+        held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
+        ring = self.links.all_gather(held * self.dtype_bytes, s, s * stride) * _US
+        gather, scatter = ring / self.gathers, ring / self.scatters
+        reduce = self.links.all_reduce(held / s * self.dtype_bytes, across, spans) * _US
+        fwd, _, sync = base.phases()
+        saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / s)
+        optimizer = self._optimizer(op, held) * (1.0 - 1.0 / s)
+        hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
+        return VertexCosts(
+            base.compute - optimizer + hooks,
+            base.comm - sync + 2.0 * gather + scatter + reduce,
+            base.memory - saved,
+            fwd + gather,
+            scatter + reduce,
+            base.forward_compute,
+            2.0 * gather,
+            None if base.per_step is None else base.per_step - optimizer,
+        ), s
+
     def describe(self) -> str:
         m = self.machine
         return (

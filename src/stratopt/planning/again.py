@@ -11,7 +11,7 @@ import numpy as np
 
 from stratopt.planning.batch import batch_axes
 from stratopt.planning.recompute import parted
-from stratopt.planning.torchplan import _holds, _module, _sharding, as_run, untied
+from stratopt.planning.torchplan import _holds, _module, as_run, untied
 from stratopt.problem import FORBIDDEN
 
 __all__ = ["unsplit"]
@@ -38,7 +38,7 @@ def unsplit(
         return None
     batches, out = batch_axes(costing.graph), [list(t) for t in tables]
     for v, mode in halves.items():  # FSDP shards a module whole, one way: all of its operators' weights, then
-        whole = np.array([_sharding(costing, v, c) != mode for c in range(len(costing.configs[v]))])
+        whole = np.array([costing.sharding_mode(v, c) != mode for c in range(len(costing.configs[v]))])
         for t in out:
             t[v] = np.where(whole, float(FORBIDDEN), t[v])
     for v in parts:  # and checkpointing saves a module's products whole: all of them recomputed, then
@@ -56,18 +56,18 @@ def unsplit(
 
 def _half_sharded(costing: Any, assignment: tuple[int, ...], dp: int) -> dict[int, str]:
     """The operators of the modules whose weights ``assignment`` shards over the ``dp`` replicas for
-    some of their operators and not for others, or ZeRO-3 for some and ZeRO-2 for others (none where
-    ``dp`` is 1: nothing is sharded), each with the way its module is to be sharded: ZeRO-3 where one
-    of them is, else ZeRO-2."""
+    some of their operators and not for others, or one way for some and another for others (none
+    where ``dp`` is 1: nothing is sharded), each with the way its module is to be sharded: ZeRO-3
+    where one of them is, else ZeRO-2 where one is, else HSDP."""
     if dp == 1 or not costing.sharded:
         return {}
     modules: dict[str, list[int]] = {}
     for v, op in enumerate(costing.graph.operators):
         if _holds(op) and op.attrs.get("params") and not op.attrs.get("tied"):
             modules.setdefault(_module(op), []).append(v)
-    out = {}
+    out: dict[int, str] = {}
     for members in modules.values():
-        modes = {_sharding(costing, v, assignment[v]) for v in members}
+        modes = {costing.sharding_mode(v, assignment[v]) for v in members}
         if len(modes) > 1:
-            out.update(dict.fromkeys(members, "fsdp" if "fsdp" in modes else "zero2"))
+            out.update(dict.fromkeys(members, next(m for m in ("fsdp", "zero2", "hsdp") if m in modes)))
     return out

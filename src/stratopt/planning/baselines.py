@@ -66,9 +66,9 @@ def _pick(
     for v, op in enumerate(graph.operators):
         table = costing.configs[v]
         rows = [dict(zip(op.axes, r, strict=True)) for r in table.tolist()]
-        # FSDP's ZeRO-3 twins (the patterns people write shard that way; ZeRO-2 is the search's)
-        shard = np.array([costing.is_sharded(v, c) and not costing.is_zero2(v, c) for c in range(len(rows))])
-        zero2 = np.array([costing.is_zero2(v, c) for c in range(len(rows))], dtype=bool)
+        # FSDP's ZeRO-3 twins (the patterns people write shard that way; ZeRO-2 and HSDP are the search's)
+        zero2 = np.array([costing.sharding(v, c) in ("zero2", "hsdp") for c in range(len(rows))], dtype=bool)
+        shard = np.array([costing.is_sharded(v, c) for c in range(len(rows))], dtype=bool) & ~zero2
         twinned = {tuple(r) for r in table[shard].tolist()}
         # fsdp: the twin where there is one, else the configuration itself
         form = (shard | np.array([tuple(r) not in twinned for r in table.tolist()]) if fsdp else ~shard) & ~zero2

@@ -7,7 +7,8 @@ name to ``{"op", "mesh": [[axis, ways], ...], "axes": {axis: size}}``: the axes 
 ways. ``mesh`` is ``{"shape": [dp, tp], "names": ["dp", "tp"]}``, the device mesh PyTorch runs the
 plan on, and ``modules`` maps each PyTorch module (qualified name) to its placement
 (:class:`~stratopt.planning.torchplan.ModulePlacement`: ``tp`` style, ``fsdp`` (with ``"reshard":
-false`` for ZeRO-2: the weights kept whole from the forward pass to the end of the backward), activation
+false`` for ZeRO-2: the weights kept whole from the forward pass to the end of the backward; ``"hsdp":
+s`` for HSDP: sharded over groups of ``s`` data-parallel devices, one node's), activation
 layouts, parameters and the collectives priced); where DTensor cannot run the plan, ``mesh`` is null,
 ``modules`` empty and ``why`` says which operator stops it. ``recompute`` lists the blocks (modules)
 checkpointed: each runs its forward again in the backward pass instead of keeping what it makes
@@ -323,6 +324,9 @@ def _check_modules(path: Any, data: dict[str, Any], devices: int) -> tuple[tuple
             raise ModelError(f"{where}: 'rerun' must be true or false")
         if not isinstance(entry.get("reshard", True), bool) or (entry.get("reshard") is False and not entry["fsdp"]):
             raise ModelError(f"{where}: 'reshard' must be true or false, false (ZeRO-2) only where 'fsdp' is true")
+        group = entry.get("hsdp", 0)
+        if group and not (_positive_int(group) and entry["fsdp"] and shape[0] % group == 0):
+            raise ModelError(f"{where}: 'hsdp' must divide the data-parallel devices, on a module 'fsdp' shards")
         pieces = entry.get("pieces", 1)
         if not _positive_int(pieces) or (pieces > 1 and (entry["tp"], entry.get("output")) != ("colwise", "shard")):
             raise ModelError(

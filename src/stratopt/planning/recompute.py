@@ -332,7 +332,8 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
     """Microseconds of forward-path communication that checkpointing issues again in the backward
     pass and the per-operator prices leave out, for ``assignment``'s checkpointed blocks: a module
     kept by selective checkpointing runs its forward again around its saved product (its output's
-    all-reduce with it), and every module of a checkpointed block re-lays its output out again where
+    all-reduce with it, not its sharded weights' gather), and every module of a checkpointed block
+    re-lays its output out again where
     the plan pays for that on an edge (the forward half of its costliest outgoing re-layout)."""
     names = checkpointed(costing, assignment)
     if isinstance(names, str) or not names:
@@ -352,7 +353,9 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
             if v in tail or not (any(i.param for i in ops[v].inputs) or ops[v].attrs.get("moe") == "dispatch"):
                 continue  # the re-run stops before the tail; a dispatch's all-to-all is a module's too
             if not costing.is_recomputed(v, c) and vc.forward_comm is not None:
-                total += float(vc.forward_comm[c])
+                # but for a sharded weight's gather: FSDP keeps what it gathered for the re-run
+                gather = 0.0 if vc.weight_gather is None else float(vc.weight_gather[c])
+                total += float(vc.forward_comm[c]) - gather / (1.0 if costing.is_zero2(v, c) else 2.0)
             relaid = [float(problem.edge_cost(e)[c, assignment[costing.edges[e][1]]]) for e in out.get(v, [])]
             total += max(relaid, default=0.0) / 2.0
     return total

@@ -108,6 +108,9 @@ class ModulePlacement:
     #: Whether FSDP frees the weights it gathered after the forward pass (ZeRO-3) or keeps them
     #: whole until the backward pass is done (False: ZeRO-2, ``reshard_after_forward=False``).
     reshard: bool = True
+    #: HSDP: the data-parallel devices of one node the weight state is sharded over (the gradient's
+    #: shards all-reduced across the groups of them); 0: FSDP shards over every data-parallel device.
+    hsdp: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The export's entry for the module (keyed by its name there): every other field, the
@@ -116,6 +119,7 @@ class ModulePlacement:
         skip += [] if "sequence" in (self.input, self.output) else ["sequence_dim"]
         skip += [] if self.pieces > 1 else ["pieces"]
         skip += [] if self.fsdp and not self.reshard else ["reshard"]
+        skip += [] if self.hsdp else ["hsdp"]
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {**out, "params": list(self.params), "held_elements": self.held}
 
@@ -129,12 +133,6 @@ AS_RUN_ROUNDS = 6
 def mesh_shapes(devices: int, gpus_per_node: int) -> list[tuple[int, int]]:
     """The ``(dp, tp)`` meshes of ``devices``: tensor parallelism over a divisor of a node."""
     return [(devices // t, t) for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and devices % t == 0]
-
-
-def _sharding(costing: Any, v: int, c: int) -> str:
-    """How operator ``v``'s configuration ``c`` shards its weight state: ``"fsdp"`` (ZeRO-3),
-    ``"zero2"`` or ``""`` (not at all)."""
-    return "zero2" if costing.is_zero2(v, c) else "fsdp" if costing.is_sharded(v, c) else ""
 
 
 def _holds(op: Operator) -> bool:
@@ -271,7 +269,9 @@ def module_placements(
                     seen.add(w)
                     (reaches.add if styles[w] == "rowwise" else todo.append)(w)
     # a tied weight (an output projection reading the embedding's table) is sharded with its owner
-    owned = {n: _sharding(costing, u, assignment[u]) if dp > 1 else "" for u, op in enumerate(ops) for n in _params(op)}
+    owned = {
+        n: costing.sharding_mode(u, assignment[u]) if dp > 1 else "" for u, op in enumerate(ops) for n in _params(op)
+    }
     recomputing = checkpointed(costing, assignment)
     if isinstance(recomputing, str):
         raise ModelError(recomputing)
@@ -348,10 +348,10 @@ def as_run(costing: Any, assignment: tuple[int, ...], dp: int, tp: int) -> tuple
         config = rows[assignment[v]]
         if all(config[i] == 1 for i in range(len(op.axes)) if i not in keep):
             continue
-        again, sharded = costing.is_recomputed(v, assignment[v]), _sharding(costing, v, assignment[v])
+        again, sharded = costing.is_recomputed(v, assignment[v]), costing.sharding_mode(v, assignment[v])
         for c, row in enumerate(rows):
             whole = all(row[i] == (config[i] if i in keep else 1) for i in range(len(op.axes)))
-            if whole and costing.is_recomputed(v, c) == again and _sharding(costing, v, c) == sharded:
+            if whole and costing.is_recomputed(v, c) == again and costing.sharding_mode(v, c) == sharded:
                 out[v] = c
                 break
     return tuple(out)
@@ -366,7 +366,7 @@ def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     if (
         first.tp != then.tp
         or first.tp not in ("replicate", "expert", "expert-dp")
-        or (first.fsdp, first.reshard) != (then.fsdp, then.reshard)
+        or (first.fsdp, first.reshard, first.hsdp) != (then.fsdp, then.reshard, then.hsdp)
     ):
         raise ModelError(
             f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
@@ -475,8 +475,10 @@ def _placement(
     op = costing.graph.operators[v]
     c = assignment[v]
     tied = op.attrs.get("tied")
-    mode = owned.get(tied, "") if isinstance(tied, str) else _sharding(costing, v, c) if dp > 1 else ""
+    mode = owned.get(tied, "") if isinstance(tied, str) else costing.sharding_mode(v, c) if dp > 1 else ""
     fsdp, reshard = bool(mode), mode != "zero2"  # ZeRO-2: gathered once, kept for the backward pass
+    owner = next((u for u, o in enumerate(costing.graph.operators) if tied in _params(o)), v) if tied else v
+    hsdp = costing.hybrid_group(owner, assignment[owner]) if mode == "hsdp" else 0
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
     if kind in ("rowwise", "vocab", "expert"):  # partial sums (an expert split: combine's), or scattered into a region
@@ -500,6 +502,8 @@ def _placement(
         if reshard:
             backward["all_gather"] = backward.get("all_gather", 0) + 1
         backward["reduce_scatter"] = 1
+        if hsdp:  # each shard of the gradient all-reduced across the nodes' groups
+            backward["all_reduce"] = backward.get("all_reduce", 0) + 1
     elif dp > 1 and not op.attrs.get("tied") and kind != "expert-dp":
         backward["all_reduce"] = backward.get("all_reduce", 0) + 1
     return ModulePlacement(
@@ -513,6 +517,7 @@ def _placement(
         {"forward": forward, "backward": backward},
         float(costing.held_weights(v, c)),
         reshard=reshard,
+        hsdp=hsdp,
     )
 
 

@@ -27,7 +27,7 @@ def describe_layers(
     """The strategy in words, for every operator that holds weights: data-parallel degree (batch
     split), tensor-parallel degree (the other splits) and how (column / row / vocabulary / heads /
     experts; a norm's sequence or width), whether its weights are sharded (``sharded``: true, or
-    ``"zero2"`` for ZeRO-2) (and, with ``recomputed``, whether its output is recomputed in
+    ``"zero2"`` for ZeRO-2, ``"hsdp"`` for HSDP) (and, with ``recomputed``, whether its output is recomputed in
     the backward pass). Operators named alike up to a layer number (``layers.3.mlp``)
     with the same words are one row (``layers.*.mlp``, with the layer numbers)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -56,9 +56,8 @@ def describe_layers(
         fsdp = sharded(v, assignment[v])
         held = float(weight_tile(op, configs[v][assignment[v] : assignment[v] + 1])[0])
         divided = held < sum(i.use.size for i in op.inputs if i.param)
-        weights = (
-            f"sharded ({'ZeRO-2' if fsdp == 'zero2' else 'FSDP'})" if fsdp else ("split" if divided else "replicated")
-        )
+        kind = {"zero2": "ZeRO-2", "hsdp": "HSDP"}.get(str(fsdp), "FSDP")
+        weights = f"sharded ({kind})" if fsdp else ("split" if divided else "replicated")
         if recomputed is not None and recomputed(v, assignment[v]):
             weights += ", output recomputed"
         numbers = _LAYER.findall(op.name)

@@ -448,6 +448,21 @@ def validate(model: Any, plan: ExportedPlan) -> dict[str, Any]:
     return modules
 
 
+def _hybrid_mesh(mesh: Any, exported: ExportedPlan) -> Any:
+    """The 2-D mesh (replicate, shard) HSDP shards the plan's ``hsdp`` modules over: the ``dp``
+    dimension of ``mesh`` cut into groups of the plan's shard size (one node's data-parallel
+    devices, next to each other), or None where no module is HSDP. One size for the plan (else a
+    one-line :class:`ModelError`)."""
+    sizes = {int(e["hsdp"]) for e in exported.modules.values() if e.get("hsdp")}
+    if not sizes:
+        return None
+    if len(sizes) > 1:
+        raise ModelError(f"the plan shards HSDP over groups of {sorted(sizes)} devices; one size per plan runs")
+    (size,) = sizes
+    dp = int(mesh["dp"].size())
+    return mesh["dp"]._unflatten(0, (dp // size, size), ("replicate", "shard"))
+
+
 def tied_groups(modules: dict[str, Any], names: list[str]) -> list[list[str]]:
     """``names`` grouped by the parameters their modules share (a group and its members in the plan's
     order): the connected pieces of the graph joining each module to its parameters."""
@@ -538,6 +553,7 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
         from torch.distributed.fsdp import fully_shard
 
         sharded = [name for name, entry in exported.modules.items() if entry["fsdp"]]
+        hybrid = _hybrid_mesh(mesh, exported)
         apart_of: dict[str, list[Any]] = {}  # a fused projection's vectors: interleaved on their one dimension
         for names in tied_groups(modules, sharded):
             # modules that share a parameter (a tied embedding and output projection) shard it once, together
@@ -546,7 +562,8 @@ def parallelize(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = Tru
             apart_of.update({n: v for n, v in vectors.items() if v})
             fully_shard(
                 group if len(group) > 1 else group[0],
-                mesh=mesh["dp"],
+                # HSDP: sharded inside each node's group, replicated across them
+                mesh=hybrid if exported.modules[names[0]].get("hsdp") else mesh["dp"],
                 # ZeRO-2: the weights gathered for the forward pass kept for the backward pass
                 reshard_after_forward=all(exported.modules[n].get("reshard", True) for n in names),
                 ignored_params={p for v in vectors.values() for p in v} or None,

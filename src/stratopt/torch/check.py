@@ -254,7 +254,8 @@ def _report(entry: str, plan: ExportedPlan, world: int, found: dict[str, Any]) -
             split = placed["tp"] not in whole and not (placed["tp"] == "rowwise" and pname == "bias")
             # (a fused projection's bias stays out of FSDP: :mod:`stratopt.torch.fused`)
             apart = placed.get("pieces", 1) > 1 and pname == "bias"
-            share = (1.0 / tp if split else 1.0) / (dp if placed["fsdp"] and not apart else 1)
+            group = int(placed.get("hsdp") or dp)  # HSDP: sharded over one node's group only
+            share = (1.0 / tp if split else 1.0) / (group if placed["fsdp"] and not apart else 1)
             if placed["tp"] == "expert-dp":  # the experts split over the data-parallel groups
                 share = 1.0 / dp
         planned += numel * found["element"] * share / plan.stages
