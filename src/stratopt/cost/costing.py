@@ -389,7 +389,7 @@ def build(
             zero3 = _fields(prof.sharded(op, cfg[twins], picked))
             zero2 = _fields(prof.sharded(op, cfg[twins], picked, regather=False))
             joined = _joined(_fields(_joined(base, zero3)), zero2)
-            hybrid, group = (prof.hybrid(op, cfg[twins], picked)) if hasattr(prof, "hybrid") else (None, None)
+            hybrid, group = prof.hybrid(op, cfg[twins], picked) if hasattr(prof, "hybrid") else (None, None)
             spread = np.zeros(0, dtype=np.int64) if group is None else np.flatnonzero(group > 1)
             none, some = np.zeros(cfg.shape[0], dtype=bool), np.ones(twins.size, dtype=bool)
             unique_configs[key] = np.vstack([cfg, cfg[twins], cfg[twins], cfg[twins][spread]])

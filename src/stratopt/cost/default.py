@@ -353,29 +353,7 @@ class DefaultProfile(EdgePricing):
         reps, spans = replicas(op, cfg)
         held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
         ring = self.links.all_gather(held * self.dtype_bytes, reps, spans) * _US
-        gather, scatter = ring / self.gathers, ring / self.scatters
-        fwd, _, sync = base.phases()
-        gathers = 2.0 if regather else 1.0
-        kept = (2 if regather else 1) * self.dtype_bytes + self.state_bytes  # bytes per element sharded
-        saved = held * kept * (1.0 - 1.0 / reps)
-        # gathered for the forward pass and again for the backward; the optimizer steps on 1/r;
-        # FSDP's work around each module it wraps (hooks, gather and reshard bookkeeping): a fixed
-        # cost per pass of every product whose weights it shards
-        optimizer = self._optimizer(op, held) * (1.0 - 1.0 / reps)
-        hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
-        # the bucketed all-reduce of the gradient becomes FSDP's reduce-scatter (per unit: the ring
-        # formula of one all-gather, at the reduce-scatters' speed); the tile is gathered for the
-        # forward pass and again for the backward (ZeRO-3; ZeRO-2 keeps it), at the gathers' speed
-        return VertexCosts(
-            base.compute - optimizer + hooks,
-            base.comm - sync + gathers * gather + scatter,
-            base.memory - saved,
-            fwd + gather,
-            scatter,
-            base.forward_compute,
-            gathers * gather,
-            None if base.per_step is None else base.per_step - optimizer,
-        )
+        return self._shard(op, base, held, reps, ring, 2.0 if regather else 1.0, np.zeros_like(ring))
 
     def hybrid(self, op: Operator, configs: np.ndarray, base: VertexCosts) -> tuple[VertexCosts, np.ndarray]:
         """The same configurations with the weight state sharded inside each node only (HSDP: FSDP
@@ -390,27 +368,45 @@ class DefaultProfile(EdgePricing):
         node = float(self.links.devices_per_node)
         stride = spans / np.maximum(reps, 1.0)  # devices between two replicas
         inside = np.where((spans > node) & (stride < node), np.floor(node / stride), 1.0)
-        valid = (inside > 1) & (np.mod(reps, inside) == 0)
-        s = np.where(valid, inside, 1.0)
-        across = reps / s
+        s = np.where((inside > 1) & (np.mod(reps, inside) == 0), inside, 1.0)
         held = weight_tile(op, cfg) * (0.0 if op.attrs.get("tied") else 1.0)
         ring = self.links.all_gather(held * self.dtype_bytes, s, s * stride) * _US
+        reduce = self.links.all_reduce(held / s * self.dtype_bytes, reps / s, spans) * _US
+        return self._shard(op, base, held, s, ring, 2.0, reduce), s
+
+    def _shard(
+        self,
+        op: Operator,
+        base: VertexCosts,
+        held: np.ndarray,
+        group: np.ndarray,
+        ring: np.ndarray,
+        gathers: float,
+        reduce: np.ndarray,
+    ) -> VertexCosts:
+        """``base`` with the weight state of ``held`` elements sharded over ``group`` devices: the
+        (bucketed) gradient all-reduce becomes a reduce-scatter (``ring``, one all-gather's ring
+        formula, at the reduce-scatters' speed) and ``reduce`` (HSDP's all-reduce of each shard
+        across the groups), the tile is gathered ``gathers`` times (``ring`` at the gathers' speed;
+        one on the forward path), the optimizer steps on 1/group, FSDP's hooks cost a fixed time per
+        pass of a product, and the bytes held drop by the gradient and optimizer state sharded (and
+        the value, gathered twice: ZeRO-3; ZeRO-2 keeps it whole)."""
         gather, scatter = ring / self.gathers, ring / self.scatters
-        reduce = self.links.all_reduce(held / s * self.dtype_bytes, across, spans) * _US
         fwd, _, sync = base.phases()
-        saved = held * (2 * self.dtype_bytes + self.state_bytes) * (1.0 - 1.0 / s)
-        optimizer = self._optimizer(op, held) * (1.0 - 1.0 / s)
+        kept = (2 if gathers == 2.0 else 1) * self.dtype_bytes + self.state_bytes  # bytes per element sharded
+        saved = held * kept * (1.0 - 1.0 / group)
+        optimizer = self._optimizer(op, held) * (1.0 - 1.0 / group)
         hooks = 3.0 * self.op_overhead if op.op in ("gemm", "conv", "lstm") else 0.0
         return VertexCosts(
             base.compute - optimizer + hooks,
-            base.comm - sync + 2.0 * gather + scatter + reduce,
+            base.comm - sync + gathers * gather + scatter + reduce,
             base.memory - saved,
             fwd + gather,
             scatter + reduce,
             base.forward_compute,
-            2.0 * gather,
+            gathers * gather,
             None if base.per_step is None else base.per_step - optimizer,
-        ), s
+        )
 
     def describe(self) -> str:
         m = self.machine

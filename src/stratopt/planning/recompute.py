@@ -333,8 +333,8 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
     pass and the per-operator prices leave out, for ``assignment``'s checkpointed blocks: a module
     kept by selective checkpointing runs its forward again around its saved product (its output's
     all-reduce with it, not its sharded weights' gather), and every module of a checkpointed block
-    re-lays its output out again where
-    the plan pays for that on an edge (the forward half of its costliest outgoing re-layout)."""
+    re-lays its output out again where the plan pays for that on an edge (the forward half of its
+    costliest outgoing re-layout)."""
     names = checkpointed(costing, assignment)
     if isinstance(names, str) or not names:
         return 0.0

@@ -363,11 +363,8 @@ def _merged(first: ModulePlacement, then: ModulePlacement) -> ModulePlacement:
     whole or both split over the experts, both sharded or neither. The module's gradients are reduced
     in one bucket and FSDP gathers its weights in one collective, so each collective counts once
     per pass (the cost model prices each operator's share of the bytes, and a latency each)."""
-    if (
-        first.tp != then.tp
-        or first.tp not in ("replicate", "expert", "expert-dp")
-        or (first.fsdp, first.reshard, first.hsdp) != (then.fsdp, then.reshard, then.hsdp)
-    ):
+    alike = (first.fsdp, first.reshard, first.hsdp) == (then.fsdp, then.reshard, then.hsdp)
+    if first.tp != then.tp or first.tp not in ("replicate", "expert", "expert-dp") or not alike:
         raise ModelError(
             f"module {first.module}: operators {first.operator} and {then.operator} take different placements "
             f"({first.tp}{', fsdp' if first.fsdp else ''} and {then.tp}{', fsdp' if then.fsdp else ''}); "
@@ -477,8 +474,10 @@ def _placement(
     tied = op.attrs.get("tied")
     mode = owned.get(tied, "") if isinstance(tied, str) else costing.sharding_mode(v, c) if dp > 1 else ""
     fsdp, reshard = bool(mode), mode != "zero2"  # ZeRO-2: gathered once, kept for the backward pass
-    owner = next((u for u, o in enumerate(costing.graph.operators) if tied in _params(o)), v) if tied else v
-    hsdp = costing.hybrid_group(owner, assignment[owner]) if mode == "hsdp" else 0
+    hsdp = 0  # HSDP's group: the owner's, for a tied weight
+    if mode == "hsdp":
+        u = next((u for u, o in enumerate(costing.graph.operators) if tied in _params(o)), v) if tied else v
+        hsdp = costing.hybrid_group(u, assignment[u])
     forward: dict[str, int] = {}
     backward: dict[str, int] = {}
     if kind in ("rowwise", "vocab", "expert"):  # partial sums (an expert split: combine's), or scattered into a region

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from stratopt.torch.runs import tensors_of
 from stratopt.torch.selective import is_attention, is_product
 
 __all__ = ["CollectiveRecorder", "kind_of"]
@@ -44,17 +45,6 @@ def kind_of(func: Any) -> str | None:
     if namespace not in _NAMESPACES:
         return None
     return KINDS.get(getattr(packet, "__name__", str(packet)).split(".")[-1])
-
-
-def _tensors(obj: Any, torch: Any) -> list[Any]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, list | tuple):
-        return [t for x in obj for t in _tensors(x, torch)]
-    if isinstance(obj, dict):
-        return [t for x in obj.values() for t in _tensors(x, torch)]
-    values = getattr(obj, "values", None)  # a Hugging Face ModelOutput
-    return [t for x in values() for t in _tensors(x, torch)] if callable(values) else []
 
 
 class _Restore:
@@ -178,7 +168,7 @@ class CollectiveRecorder:
             self.backward_at = name
 
         def hook(_module: Any, _args: Any, output: Any) -> None:
-            for t in _tensors(output, torch):
+            for t in tensors_of(output, torch):
                 # a tensor handed out unchanged by several modules belongs to the innermost
                 if t.requires_grad and not getattr(t, "_stratopt_claimed", False):
                     t._stratopt_claimed = True

@@ -13,7 +13,7 @@ from stratopt.instances.entry_points import call_entry_point
 #: A gradient smaller than this share of its expected size is rounding noise (see errors_of).
 FLOOR = 1e-3
 
-__all__ = ["FLOOR", "build_model", "errors_of", "full", "local_part", "loss_of", "loss_weights"]
+__all__ = ["FLOOR", "build_model", "errors_of", "full", "local_part", "loss_of", "loss_weights", "tensors_of"]
 
 
 def build_model(entry: str, seed: int, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
@@ -39,7 +39,7 @@ def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
     reaches (BERT's pooler, an output of its own beside the hidden states)."""
     import torch
 
-    outputs = [t for t in _floats(out, torch) if t.dim() > 0]
+    outputs = [t for t in tensors_of(out, torch) if t.is_floating_point() and t.dim() > 0]
     if not outputs:
         raise ModelError("the model returns no floating-point tensor to take a loss of")
     batch = outputs[0].shape[0]
@@ -53,15 +53,17 @@ def loss_of(out: Any, part: int = 0, parts: int = 1) -> Any:
     return total
 
 
-def _floats(out: Any, torch: Any) -> list[Any]:
-    """The floating-point tensors in a model's output (a tensor, a tuple or list, a dict or a
-    Hugging Face ``ModelOutput``), in order."""
-    if isinstance(out, torch.Tensor):
-        return [out] if out.is_floating_point() else []
-    if isinstance(out, list | tuple):
-        return [t for x in out for t in _floats(x, torch)]
-    values = getattr(out, "values", None)
-    return [t for x in values() for t in _floats(x, torch)] if callable(values) else []
+def tensors_of(obj: Any, torch: Any) -> list[Any]:
+    """The tensors in a model's input or output (a tensor, a tuple or list, a dict or a Hugging Face
+    ``ModelOutput``), in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for x in obj for t in tensors_of(x, torch)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in tensors_of(x, torch)]
+    values = getattr(obj, "values", None)  # a Hugging Face ModelOutput
+    return [t for x in values() for t in tensors_of(x, torch)] if callable(values) else []
 
 
 @functools.lru_cache(maxsize=8)
