@@ -186,6 +186,10 @@ def why(tail: str, gap: float | None, cost: float) -> str:
     skipped = re.search(
         r"relaxation skipped: (\d+) columns, about (\d+) s at \d+ columns/s: more than its share \((\d+) s\)", tail
     )
+    passed = re.search(r"its dual by message passing: bound (\S+) \(", tail)
+    if skipped and passed:
+        below = (cost - float(passed.group(1))) / cost
+        return f"relaxation too large for HiGHS; message passing's bound {below:.1%} below the answer"
     if skipped:
         cols, need, share = skipped.groups()
         return f"relaxation too large: {int(cols):,} columns, about {need} s against its {share} s"

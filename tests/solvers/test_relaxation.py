@@ -34,7 +34,7 @@ def _slack(value: float) -> float:
 def test_the_relaxation_bounds_the_optimum_from_below(problem):
     """With forbidden entries, parallel edges and usage limits: the certified bound is at most the
     optimum brute force finds, and (a check of the certificate's signs) within a hair of the value
-    HiGHS reports for the same relaxation."""
+    HiGHS reports for the same relaxation where HiGHS reports it optimal."""
     exact = solve(problem, "brute")
     _, lp = _bound(problem)
     if exact.status is not Status.OPTIMAL:
@@ -42,7 +42,8 @@ def test_the_relaxation_bounds_the_optimum_from_below(problem):
     assert not lp.infeasible, "the relaxation of a feasible problem is feasible"
     assert lp.bound is not None
     assert lp.bound <= exact.objective + _slack(exact.objective)
-    if lp.objective is not None:
+    if lp.objective is not None and lp.status == "Optimal":  # an interior point stopped short
+        # ("Unknown") certifies less than its objective: the bound stays a bound, but not that value
         assert lp.bound == pytest.approx(lp.objective, rel=1e-6, abs=1e-6)
 
 

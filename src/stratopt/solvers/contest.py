@@ -134,9 +134,11 @@ def _relaxation(stats: dict[str, Any], scale: int = 1) -> str:
     lp = stats.get("lp") or (stats.get("beside") or {}).get("lp")
     if not lp:
         return ""
+    got = "no bound" if lp.get("bound") is None else f"bound {lp['bound'] * scale:.10g}"
+    if "skipped" in lp and lp.get("method") == "messages":
+        return f"; relaxation skipped: {lp['skipped']}; its dual by message passing: {got} ({lp['status']})"
     if "skipped" in lp:
         return f"; relaxation skipped: {lp['skipped']}"
-    got = "no bound" if lp.get("bound") is None else f"bound {lp['bound'] * scale:.10g}"
     return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns)"
 
 

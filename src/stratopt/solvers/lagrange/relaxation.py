@@ -65,9 +65,12 @@ LP_METHOD = "lp: the linear relaxation of the reduced model (HiGHS interior poin
 
 @dataclass(frozen=True)
 class LpJob:
-    """The relaxation as a worker's job, HiGHS stopped after ``seconds`` (None: no limit)."""
+    """The relaxation as a worker's job, HiGHS stopped after ``seconds`` (None: no limit);
+    ``messages``: its dual climbed by message passing instead (:mod:`.messages`), for a relaxation
+    too large for HiGHS in the time."""
 
     seconds: float | None
+    messages: bool = False
 
 
 def columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> int:
@@ -106,14 +109,26 @@ class Relaxation:
     infeasible: bool = False
 
     @classmethod
-    def build(cls, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> Relaxation:
+    def build(
+        cls,
+        model: PenaltyModel,
+        start: np.ndarray,
+        end: np.ndarray,
+        node_costs: np.ndarray | None = None,
+        constant: float = 0.0,
+    ) -> Relaxation:
+        """The relaxation of ``model``'s network; with ``node_costs`` (scaled, one per network
+        choice) the programme of those costs without edges, ``constant`` (scaled) added to what
+        every assignment pays (:mod:`.messages`: the edges' share after their messages)."""
         net = model.network
         assert net is not None
         scale = model.scale
-        node = net.node / scale
-        edge = net.edge / scale
+        node = (net.node if node_costs is None else node_costs) / scale
+        edge = net.edge / scale if node_costs is None else np.zeros(0)
+        edges = net.edges if node_costs is None else np.zeros((0, 2), dtype=np.int64)
+        edge_off = net.edge_off if node_costs is None else np.zeros(1, dtype=np.int64)
         finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)]])
-        cost_unit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        cost_unit = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
         nx = len(node)
         allowed = np.flatnonzero(np.isfinite(edge))
         ny = len(allowed)
@@ -129,20 +144,20 @@ class Relaxation:
         r = nv
         # Marginals: per edge, per choice a of its first end, the pair variables (a, .) less x[u, a];
         # then per choice b of its second end.
-        ku = net.k[net.edges[:, 0]] if len(net.edges) else np.zeros(0, dtype=np.int64)
-        kv = net.k[net.edges[:, 1]] if len(net.edges) else np.zeros(0, dtype=np.int64)
+        ku = net.k[edges[:, 0]] if len(edges) else np.zeros(0, dtype=np.int64)
+        kv = net.k[edges[:, 1]] if len(edges) else np.zeros(0, dtype=np.int64)
         first_rows = np.zeros(len(ku) + 1, dtype=np.int64)
         np.cumsum(ku + kv, out=first_rows[1:])
         first_rows += r
-        edge_of = np.repeat(np.arange(len(ku)), np.diff(net.edge_off))[allowed]
-        local = allowed - net.edge_off[edge_of]
+        edge_of = np.repeat(np.arange(len(ku)), np.diff(edge_off))[allowed]
+        local = allowed - edge_off[edge_of]
         a, b = local // kv[edge_of], local % kv[edge_of]
         ycols = nx + np.arange(ny)
         rows += [first_rows[edge_of] + a, first_rows[edge_of] + ku[edge_of] + b]
         cols += [ycols, ycols]
         vals += [np.ones(ny), np.ones(ny)]
         for e in range(len(ku)):
-            u, v = net.edges[e]
+            u, v = edges[e]
             base = first_rows[e]
             rows += [base + np.arange(ku[e]), base + ku[e] + np.arange(kv[e])]
             cols += [net.node_off[u] + np.arange(ku[e]), net.node_off[v] + np.arange(kv[e])]
@@ -190,7 +205,7 @@ class Relaxation:
             segment_slot=segment_slot,
             cost_unit=cost_unit,
             usage_unit=usage_unit,
-            offset=net.shift / scale,
+            offset=(net.shift + constant) / scale,
             infeasible=bool(nseg and seg_room.min() < 0),
         )
 
@@ -253,6 +268,8 @@ class LpBound:
     rows: int
     infeasible: bool = False
     objective: float | None = None
+    #: "lp" (:func:`lp_bound`) or "messages" (:func:`~stratopt.solvers.lagrange.messages.message_bound`).
+    method: str = "lp"
 
 
 def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit: float | None = None) -> LpBound:

@@ -17,8 +17,9 @@ from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Level, round_down
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
+from stratopt.solvers.lagrange.messages import MESSAGE_METHOD, MESSAGE_PART, PRICE_RATE, bound_job, price_columns
 from stratopt.solvers.lagrange.model import PenaltyModel
-from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns, lp_bound
+from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
 from stratopt.solvers.lagrange.schedule import Schedule, Weights
 from stratopt.solvers.lagrange.workers import ProcessPool, RayPool
@@ -112,8 +113,9 @@ class Lagrange:
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
         lp_job = _relaxation_job(model, engine, bound_share, time_limit, stats)
-        if "lp" in stats:
-            clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}")
+        if "skipped" in stats.get("lp", {}):
+            instead = "; its dual by message passing instead" if lp_job is not None else ""
+            clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}{instead}")
         how = "Ray tasks" if executor == "ray" else f"{workers or 1} worker(s)"
         clock.say(
             f"{problem.num_vertices} vertices, {int(model.relevant.sum())} penalised; {how}, {seconds:.0f} s per run"
@@ -155,7 +157,7 @@ class Lagrange:
                     search.take_merge(merge_job(model, engine, job, None if clock.deadline is None else clock.left()))
                 if lp_job is not None:  # after the first answer, before the other runs
                     _, start, end = problem.time_slots
-                    search.take_lp(lp_bound(model, start, end, lp_job.seconds))
+                    search.take_lp(bound_job(lp_job, model, start, end))
                     lp_job = None
                 if not engine.has_limit:
                     break
@@ -214,9 +216,9 @@ class Lagrange:
             merges=search.merges,
         )
         if search.lp is not None:
-            stats["lp"] = search.lp
-        if search.bound_from == "lp":
-            stats["bound_method"] = LP_METHOD
+            stats["lp"] = {**stats.get("lp", {}), **search.lp}
+        if search.bound_from in ("lp", "messages"):
+            stats["bound_method"] = LP_METHOD if search.bound_from == "lp" else MESSAGE_METHOD
         lower = round_down(problem, search.bound)
         out_of_time = clock.deadline is not None and clock.left() <= 0
         if search.best is None:
@@ -277,8 +279,9 @@ def timed_seconds(first_run: float, by_size: float) -> float:
 def _relaxation_job(
     model: PenaltyModel, engine: LocalEngine, share: float, time_limit: float | None, stats: dict[str, Any]
 ) -> LpJob | None:
-    """The relaxation's job where it applies (a usage limit, a share, and a size that fits in the
-    share at :data:`LP_RATE`), else None with the reason in ``stats["lp"]``."""
+    """The relaxation's job where it applies (a usage limit and a share): HiGHS where its size
+    fits in the share at :data:`LP_RATE`, else (the reason in ``stats["lp"]``) its dual climbed by
+    message passing for the share (:mod:`.messages`), where the network has edges."""
     if not engine.has_limit or share <= 0:
         return None
     _, start, end = engine.problem.time_slots
@@ -290,7 +293,17 @@ def _relaxation_job(
             f"more than its share ({seconds:.0f} s)",
             "columns": size,
         }
-        return None
+        network = model.network
+        if network is None or not len(network.edges):
+            return None
+        priced = price_columns(model, start, end)
+        seconds *= MESSAGE_PART
+        if priced > PRICE_RATE * seconds / 2:
+            stats["lp"]["messages"] = (
+                f"not run: its prices' first solve ({priced} columns) needs more than half the share"
+            )
+            return None
+        return LpJob(seconds, messages=True)
     return LpJob(seconds)
 
 
@@ -356,13 +369,16 @@ class _Search:
             "columns": outcome.columns,
             "rows": outcome.rows,
         }
+        if outcome.method != "lp":
+            self.lp["method"] = outcome.method
         if outcome.bound is not None and outcome.bound > self.bound:
-            self.bound, self.bound_from = outcome.bound, "lp"
+            self.bound, self.bound_from = outcome.bound, outcome.method
         if outcome.prices is not None:
             self.schedule.ascent.start_from(outcome.prices)
         shown = "no bound" if outcome.bound is None else f"bound {outcome.bound:.6g}"
+        what = "linear relaxation" if outcome.method == "lp" else "message passing, prices"
         self.say(
-            f"linear relaxation ({outcome.columns} columns, {outcome.rows} rows): {outcome.status}, {shown} "
+            f"{what} ({outcome.columns} columns, {outcome.rows} rows): {outcome.status}, {shown} "
             f"in {outcome.seconds:.1f} s; best bound {self.bound:.6g}"
         )
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from stratopt.errors import SolverUnavailableError
 from stratopt.solvers.lagrange.merge import Merged, MergeJob, merge_job
+from stratopt.solvers.lagrange.messages import bound_job
 from stratopt.solvers.lagrange.model import PenaltyModel
-from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, lp_bound
+from stratopt.solvers.lagrange.relaxation import LpBound, LpJob
 from stratopt.solvers.lagrange.runs import Attempt, Run, attempt
 from stratopt.solvers.local_search import LocalEngine
 
@@ -46,11 +47,11 @@ Outcome = Attempt | LpBound | Merged
 
 def do(model: PenaltyModel, engine: LocalEngine, job: Run | LpJob | MergeJob, budget: float | None) -> Outcome:
     """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish),
-    the linear relaxation (:func:`~stratopt.solvers.lagrange.relaxation.lp_bound`) or a merge of
+    the linear relaxation (:func:`~stratopt.solvers.lagrange.messages.bound_job`) or a merge of
     two answers (:func:`~stratopt.solvers.lagrange.merge.merge_job`)."""
     if isinstance(job, LpJob):
         _, start, end = engine.problem.time_slots
-        return lp_bound(model, start, end, job.seconds)
+        return bound_job(job, model, start, end)
     if isinstance(job, MergeJob):
         return merge_job(model, engine, job, budget)
     return attempt(model, engine, job, budget)
