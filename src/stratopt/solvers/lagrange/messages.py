@@ -219,25 +219,8 @@ class _PriceLp:
     only the costs move, so the last basis stays feasible)."""
 
     def __init__(self, relax: Relaxation) -> None:
-        import highspy
-
         self.relax = relax
-        m = relax.matrix
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("solver", "simplex")
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = m.shape[1], m.shape[0]
-        lp.col_cost_ = relax.cost
-        lp.col_lower_ = relax.col_lower
-        lp.col_upper_ = relax.col_upper
-        lp.row_lower_ = relax.row_lower
-        lp.row_upper_ = relax.row_upper
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = m.indptr
-        lp.a_matrix_.index_ = m.indices
-        lp.a_matrix_.value_ = m.data
-        h.passModel(lp)
+        h = relax.highs("simplex")
         self.h = h
         self.first = True
 

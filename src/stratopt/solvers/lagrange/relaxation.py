@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -209,6 +210,28 @@ class Relaxation:
             infeasible=bool(nseg and seg_room.min() < 0),
         )
 
+    def highs(self, solver: str) -> Any:
+        """A HiGHS object (``highspy.Highs``, quiet) holding this programme, to run with ``solver``."""
+        import highspy
+
+        m = self.matrix
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("solver", solver)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = m.shape[1], m.shape[0]
+        lp.col_cost_ = self.cost
+        lp.col_lower_ = self.col_lower
+        lp.col_upper_ = self.col_upper
+        lp.row_lower_ = self.row_lower
+        lp.row_upper_ = self.row_upper
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = m.indptr
+        lp.a_matrix_.index_ = m.indices
+        lp.a_matrix_.value_ = m.data
+        h.passModel(lp)
+        return h
+
     def value(self, duals: np.ndarray) -> float:
         """The proven lower bound (problem units) that row duals give (:func:`certified_bound`)."""
         raw = certified_bound(
@@ -284,25 +307,11 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
         return LpBound(None, None, "infeasible", time.perf_counter() - t0, m.shape[1], m.shape[0], True)
     if m.shape[1] == 0:  # the reductions decided every vertex: what they fixed is all there is
         return LpBound(relax.offset, np.zeros(len(model.room)), "empty", time.perf_counter() - t0, 0, m.shape[0])
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("solver", "ipm")
+    h = relax.highs("ipm")
     h.setOptionValue("run_crossover", "off")
     h.setOptionValue("dual_feasibility_tolerance", DUAL_TOLERANCE)
     if time_limit is not None:
         h.setOptionValue("time_limit", max(1.0, float(time_limit - (time.perf_counter() - t0))))
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = m.shape[1], m.shape[0]
-    lp.col_cost_ = relax.cost
-    lp.col_lower_ = relax.col_lower
-    lp.col_upper_ = relax.col_upper
-    lp.row_lower_ = relax.row_lower
-    lp.row_upper_ = relax.row_upper
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = m.indptr
-    lp.a_matrix_.index_ = m.indices
-    lp.a_matrix_.value_ = m.data
-    h.passModel(lp)
     try:
         h.run()
         status = h.modelStatusToString(h.getModelStatus())
