@@ -305,7 +305,7 @@ def message_bound(
             if relax is None:
                 relax = Relaxation.build(model, start, end, node_costs=node, constant=floor)
                 if relax.infeasible or relax.matrix.shape[1] == 0:
-                    status = "no usage rows to price"
+                    status = "the usage rows cannot be met" if relax.infeasible else "nothing left to price"
                     break
                 lp = _PriceLp(relax)
             assert lp is not None
