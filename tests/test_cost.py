@@ -235,6 +235,61 @@ def test_default_edge_prices_the_fan_out_to_more_devices():
     assert profile.edge(first, out, by_batch, second, use, batch_only)[0, 0] == 0.0  # the same tiles
 
 
+def _three_products(readers: int):
+    """A product (rows 64, features 512) whose output ``readers`` products read."""
+    g = GraphBuilder("sp")
+    h = g.fc(g.input((64, 512)), 512)
+    for _ in range(readers):
+        g.fc(h, 512)
+    return g.build()
+
+
+def _config(op, **splits) -> np.ndarray:
+    return np.array([[splits.get(a, 1) for a in op.axes]])
+
+
+def test_sequence_parallel_edges_price_a_gather_and_a_reduce_scatter():
+    """Megatron's sequence parallelism as the default profile prices it. A column-parallel product
+    (output features split 4 ways) reading a tensor split 4 ways over its rows: with its own
+    all-reduce of its input's gradient, it pays what a gather forward and a reduce-scatter backward
+    cost (and one message's latency), not that all-reduce and a message each way. A row-parallel
+    product (input features split 4 ways) whose one reader takes a quarter of its output: its
+    all-reduce and the edge cost a reduce-scatter forward and the gradient's gather back. With two
+    readers, the all-reduce stays and the gradient's gather back is paid in full."""
+    from stratopt.cost.costing import _readers
+    from stratopt.cost.default import DefaultProfile
+
+    profile = DefaultProfile(DATASHEET_H100)
+    first, second = _three_products(1).operators
+    tile = 64 * 512 * profile.dtype_bytes
+    gather = float(DATASHEET_H100.all_gather(np.array(tile), np.array(4.0))) * 1e6
+    latency = float(DATASHEET_H100.link(np.array(4.0))[1]) * 1e6
+    out, use = first.outputs[0], second.inputs[0].use
+    by_rows, by_features, by_inputs = _config(first, b=4), _config(second, n=4), _config(first, k=4)
+
+    # a column-parallel reader of a row-split tensor
+    edge = profile.edge(first, out, by_rows, second, use, by_features)[0, 0]
+    own = profile.vertex(second, by_features).comm[0] - profile.vertex(second, _config(second)).comm[0]
+    assert own == pytest.approx(2 * gather)  # its input gradient's all-reduce
+    assert edge == pytest.approx(latency)
+    assert edge + own == pytest.approx(2 * gather + latency)  # gather + reduce-scatter
+    moved = DATASHEET_H100.transfer(np.array(tile * 3 / 4), np.array(4.0)) * 1e6
+    assert profile.relayout_cost(
+        (64, 512), np.array([[4.0, 1.0]]), np.array([[1.0, 1.0]]), (np.array([4]), np.array([4]))
+    )[0, 0] == pytest.approx(float(moved))  # forward only: the whole tensor's gradient is sliced back
+
+    # a row-parallel producer handing a quarter of its output to its one reader (rows split 4 ways)
+    by_rows_reader = _config(second, b=4)
+    edge = profile.edge(first, out, by_inputs, second, use, by_rows_reader, readers=1)[0, 0]
+    assert edge == pytest.approx(latency)
+    alone = profile.edge(first, out, by_inputs, second, use, by_rows_reader, readers=2)[0, 0]
+    assert alone == pytest.approx(float(moved))  # the gradient gathered back, the all-reduce kept
+    assert profile.edge_forward(first, out, by_inputs, second, use, by_rows_reader)[0, 0] == pytest.approx(-gather)
+
+    # the graph says how many read a tensor
+    assert _readers(_three_products(2))[(0, 0)] == 2 and _readers(_three_products(1))[(0, 0)] == 1
+
+
 def test_a_gather_inside_each_data_parallel_group_stays_on_the_node():
     """A tensor split over its rows 8 ways and its features 4 ways (32 devices, four nodes of 8),
     read with its features whole: each group of 4 that shares a row split gathers its own tile, on

@@ -291,10 +291,7 @@ def fitted_time(graph, start, end, devices, machine, limit, flight, microbatches
         split = layout(op, op.outputs[0], costing.configs[v]).prod(axis=1)
         usages.append(np.ceil(costing.vertex_costs[v].memory + (flight - 1) * op.outputs[0].size / split * 2.0))
     problem = costing.problem.replace(
-        node_costs=[
-            c.total - share * (c.phases()[2] + (0.0 if c.per_step is None else c.per_step))
-            for c in costing.vertex_costs
-        ],
+        node_costs=[n - share * o for n, o in zip(costing.node_costs(), once_a_step(costing), strict=True)],
         intervals=[(0, 1)] * len(costing.graph),
         usages=usages,
         usage_limit=int(limit),

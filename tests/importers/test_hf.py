@@ -123,8 +123,8 @@ class _Delegate:
     def vertex(self, op, configs):
         return self.inner.vertex(op, configs)
 
-    def edge(self, *args):
-        return self.inner.edge(*args)
+    def edge(self, *args, **kwargs):
+        return self.inner.edge(*args, **kwargs)
 
     def describe(self) -> str:
         return self.inner.describe()

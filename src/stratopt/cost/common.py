@@ -307,8 +307,11 @@ class EdgePricing:
         consumer: Operator,
         consumed: TensorUse,
         dst_configs: np.ndarray,
+        *,
+        readers: int = 1,
     ) -> np.ndarray:
-        """The edge's cost matrix (Ku x Kv) for every pair of the two operators' configurations."""
+        """The edge's cost matrix (Ku x Kv) for every pair of the two operators' configurations
+        (``readers``: how many operators read the tensor; a profile may price by it)."""
         src = layout(producer, produced, src_configs)
         dst = layout(consumer, consumed, dst_configs)
         devices = (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1))

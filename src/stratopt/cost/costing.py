@@ -9,6 +9,7 @@ strategy costs what it does.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from stratopt.cost.common import VertexCosts, output_bytes, replicas, weight_tile
+from stratopt.cost.common import EdgePricing, VertexCosts, output_bytes, replicas, weight_tile
 from stratopt.cost.default import DefaultProfile
 from stratopt.cost.pase import PaseProfile
 from stratopt.errors import ModelError
@@ -92,6 +93,8 @@ class Costing:
     #: Per operator, each configuration's HSDP shard group (the replicas of one node the weight
     #: state is sharded over, data parallel across the nodes); 0 where it is not HSDP.
     hybrid: tuple[np.ndarray, ...] = ()
+    #: How many inputs read each operator output, ``(operator, output index)`` (an edge's price may depend on it).
+    readers: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def is_sharded(self, v: int, c: int) -> bool:
         """Whether operator ``v``'s configuration ``c`` shards its weight state (FSDP / ZeRO-3)."""
@@ -208,6 +211,21 @@ class Costing:
             "names": list(problem.names or ()),
             "configs": configs,
         }
+
+    def forward_relayout(self, e: int, cu: int, cv: int) -> float:
+        """The forward pass's part of edge ``e``'s cost between configurations ``cu`` and ``cv``
+        (what re-running the producer issues again): the profile's ``edge_forward`` where it has
+        one, else half the edge (a message each way)."""
+        u, v, i = self.edges[e]
+        price = getattr(self.profile, "edge_forward", None)
+        if price is None:
+            return float(self.problem.edge_cost(e)[cu, cv]) / 2.0
+        ops = self.graph.operators
+        consumed = ops[v].inputs[i]
+        produced = ops[u].outputs[consumed.output]
+        src, dst = self.configs[u][cu : cu + 1], self.configs[v][cv : cv + 1]
+        many = (self.readers or _readers(self.graph))[(u, consumed.output)]
+        return float(price(ops[u], produced, src, ops[v], consumed.use, dst, readers=many)[0, 0])
 
     def explain(self, assignment: Iterable[int]) -> list[dict[str, Any]]:
         """Per-operator breakdown of a strategy: configuration, compute, communication inside the
@@ -427,13 +445,17 @@ def build(
     edges = tuple(graph.edges())
     matrices = []
     tables: dict[Any, np.ndarray] = {}
+    readers = _readers(graph)
+    counted = _takes_readers(prof)
     for u, v, i in edges:
-        key = (keys[u], keys[v], i)
+        consumed = ops[v].inputs[i]
+        many = readers[(u, consumed.output)]
+        key = (keys[u], keys[v], i, many == 1)
         table = tables.get(key)
         if table is None:
-            consumed = ops[v].inputs[i]
             produced = ops[u].outputs[consumed.output]
-            table = prof.edge(ops[u], produced, configs[u], ops[v], consumed.use, configs[v])
+            more = {"readers": many} if counted else {}
+            table = prof.edge(ops[u], produced, configs[u], ops[v], consumed.use, configs[v], **more)
             table.setflags(write=False)
             tables[key] = table
         matrices.append(table)
@@ -493,8 +515,44 @@ def build(
     stats["recomputed_choices"] = int(sum(x.sum() for x in recomputed))
     took = time.perf_counter() - start
     return Costing(
-        graph, prof, policy, configs, vcosts, edges, problem, memory_gb, took, stats, sharded, recomputed, zero2, hybrid
+        graph,
+        prof,
+        policy,
+        configs,
+        vcosts,
+        edges,
+        problem,
+        memory_gb,
+        took,
+        stats,
+        sharded,
+        recomputed,
+        zero2,
+        hybrid,
+        readers,
     )
+
+
+def _takes_readers(profile: Any) -> bool:
+    """Whether ``profile.edge`` takes ``readers`` (every :class:`EdgePricing` does; a profile of the
+    user's own may not)."""
+    if isinstance(profile, EdgePricing):
+        return True
+    try:
+        params = inspect.signature(profile.edge).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "readers" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _readers(graph: Graph) -> dict[tuple[int, int], int]:
+    """How many inputs read each operator output (``(operator, output index)``) over the graph's edges."""
+    out: dict[tuple[int, int], int] = {}
+    ops = graph.operators
+    for u, v, i in graph.edges():
+        key = (u, ops[v].inputs[i].output)
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _fields(c: VertexCosts) -> tuple[Any, ...]:

@@ -13,9 +13,12 @@ Per training step and per device, in microseconds:
   (products', and norms' scales and shifts) are all-reduced in 25 MB buckets, so each pays its
   share of a collective's latency (each module's in a collective of its own where the machine's
   calibration says ``grad_bucket_mb = 0``, as ``stratopt profile`` writes for stratopt's runtime);
-- edges: the bytes each consumer device lacks, forward and backward, as two messages on the
-  link the larger of the two layouts uses; where the consumer spreads over more devices than the
-  producer, a producer device sends to several through its own links, and the busier side counts;
+- edges: the bytes each consumer device lacks (forward) and the gradient bytes each producer device
+  lacks (backward), one message each on the link the larger of the two layouts uses; where the
+  consumer spreads over more devices than the producer, a producer device sends to several through
+  its own links, and the busier side counts; where a product's all-reduce (its input gradient's,
+  or its partial sums') needs only reduce-scatter the tile the other side holds, the edge takes
+  that saving off (Megatron's sequence parallelism: a gather forward and a reduce-scatter back);
 - memory: weights, gradients and optimizer state of the device's weight blocks plus its output
   activations (kept for the backward pass), in bytes; it becomes the usage constraint when a
   memory limit is given.
@@ -55,21 +58,37 @@ from stratopt.cost.common import (
     gemm_axes,
     gemm_shape,
     halo,
+    layout,
     lstm_relay,
     memory_bytes,
-    needed_words,
     output_bytes,
     per_device,
     replicas,
     span,
     weight_tile,
 )
-from stratopt.graph.ir import Operator
+from stratopt.graph.ir import Operator, TensorUse
 from stratopt.machine import Machine, calibration_of
 
 __all__ = ["DefaultProfile"]
 
 _US = 1e6  # seconds -> microseconds
+
+
+@dataclasses.dataclass(frozen=True)
+class _Relayout:
+    """One edge's re-layout between every pair of layouts (each Ku x Kv): microseconds forward and
+    backward, whether the consumer fans out over more devices, the devices that exchange the
+    pieces, the producer's tile over the consumer's, and whether the consumer's tile lies in the
+    producer's (nothing moves forward) or the producer's in the consumer's (nothing moves back)."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    spread: np.ndarray
+    group: np.ndarray
+    ratio: np.ndarray
+    inside_producer: np.ndarray
+    inside_consumer: np.ndarray
 
 
 class DefaultProfile(EdgePricing):
@@ -312,32 +331,156 @@ class DefaultProfile(EdgePricing):
     def _layout(self, op: Operator, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(cfg.shape[0]), np.zeros(cfg.shape[0])
 
+    def edge(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+        *,
+        readers: int = 1,
+    ) -> np.ndarray:
+        """The edge's cost matrix (Ku x Kv): the re-layout forward and its gradient's backward
+        (:meth:`relayout_cost`), less what the re-layout saves the two operators' own collectives.
+        A product that all-reduces its input's gradient over its output-feature splits needs only
+        reduce-scatter it where the producer holds a tile that many times smaller (a column-parallel
+        layer reading a stream split over the sequence: Megatron's sequence parallelism gathers
+        forward and reduce-scatters backward); a product (or vocabulary-split lookup) that
+        all-reduces its partial sums needs only reduce-scatter them where its only reader
+        (``readers``: how many operators read the tensor) takes a tile that many times smaller (the
+        row-parallel layer handing on a split stream). Each saving is a reduce-scatter's difference
+        to an all-reduce (one all-gather); an edge that moves anything costs at least one message's
+        latency."""
+        d = self._directions(producer, produced, src_configs, consumer, consumed, dst_configs)
+        saved = self._scattered_gradient(consumer, consumed, dst_configs, d) + (
+            self._scattered_sums(producer, src_configs, d) if readers == 1 else 0.0
+        )
+        cost = d.forward + d.backward
+        latency = self.links.link(d.group)[1] * _US
+        return np.where(d.spread | (saved <= 0.0), cost, np.maximum(cost - saved, np.minimum(cost, latency)))
+
+    def edge_forward(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+        *,
+        readers: int = 1,
+    ) -> np.ndarray:
+        """The forward pass's part of :meth:`edge` (what a checkpointed module's re-run issues
+        again): the re-layout's forward message, less the partial sums' saving where the producer
+        reduce-scatters them (negative where the edge moves nothing forward: the producer's priced
+        all-reduce is a reduce-scatter as it runs)."""
+        d = self._directions(producer, produced, src_configs, consumer, consumed, dst_configs)
+        if readers != 1:
+            return d.forward
+        return d.forward - self._scattered_sums(producer, src_configs, d)
+
+    def _directions(
+        self,
+        producer: Operator,
+        produced: TensorUse,
+        src_configs: np.ndarray,
+        consumer: Operator,
+        consumed: TensorUse,
+        dst_configs: np.ndarray,
+    ) -> _Relayout:
+        src = layout(producer, produced, src_configs)
+        dst = layout(consumer, consumed, dst_configs)
+        devices = (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1))
+        return self._relayout(produced.shape, src, dst, devices)
+
     def relayout_cost(
         self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]
     ) -> np.ndarray:
-        """Each consumer device receives the words it lacks. Where the consumer runs on more devices
-        than the producer (its tiles, or copies of them on the splits of axes the tensor does not
-        have), some consumer device holds nothing of the tensor and receives its whole tile, and each
-        producer device sends to ``pd / ps`` consumer devices through its own links (inside a node
-        when they fit in one): its own tile, once, scattered or broadcast along a ring. The busier
-        of the two sides sets the time."""
-        words = needed_words(shape, src, dst)
+        """Forward, each consumer device receives the words it lacks; backward, each producer device
+        receives the gradient words it lacks, the consumer's gradient complete on its tile (a
+        consumer whose tile holds the producer's sends nothing back: its gradient is sliced; a
+        producer whose tile holds the consumer's gathers the gradient back). Where the consumer runs
+        on more devices than the producer (its tiles, or copies of them on the splits of axes the
+        tensor does not have), some consumer device holds nothing of the tensor and receives its
+        whole tile, and each producer device sends to ``pd / ps`` consumer devices through its own
+        links (inside a node when they fit in one): its own tile, once, scattered or broadcast along
+        a ring, and as much back; the busier of the two sides sets the time."""
+        d = self._relayout(shape, src, dst, devices)
+        return d.forward + d.backward
+
+    def _relayout(
+        self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]
+    ) -> _Relayout:
+        t = np.asarray(shape, dtype=np.float64)
         fan = devices[1][None, :] / devices[0][:, None]
-        tile = np.prod(np.asarray(shape, dtype=np.float64) / dst, axis=1)[None, :]
         spread = fan > 1.0
-        words = np.where(spread, np.maximum(words, tile), words)
+        own, tile = np.prod(t / src, axis=1)[:, None], np.prod(t / dst, axis=1)[None, :]
+        # what the two tiles share on a device that holds both: a layout in fewer pieces than the
+        # devices is copied over them, and an operator on fewer devices than the other runs whole
+        # on each as PyTorch runs a module it does not split (not PaSE's rule, :func:`needed_words`,
+        # which counts a consumer in more pieces as holding nothing)
+        shared = np.prod(np.minimum((t / src)[:, None, :], (t / dst)[None, :, :]), axis=2)
+        words = np.clip(tile - shared, 0.0, None)
+        back = np.clip(own - shared, 0.0, None)
         # the devices a producer device feeds sit next to each other (feature axes innermost): a
         # fan-out over at most a node's devices stays on the node's links, both ways
-        own = np.prod(np.asarray(shape, dtype=np.float64) / src, axis=1)[:, None]
-        sent = np.minimum(words * fan, own)  # its tile, scattered or broadcast along a ring
-        fanned = 2.0 * self.links.transfer(np.maximum(words, sent) * self.dtype_bytes, fan) * _US
-        return np.where(spread, fanned, self.words_cost(words, src, dst))
+        fanned_words = np.maximum(words, tile)
+        sent = np.minimum(fanned_words * fan, own)  # its tile, scattered or broadcast along a ring
+        fanned = self.links.transfer(np.maximum(fanned_words, sent) * self.dtype_bytes, fan) * _US
+        group = exchanging(src, dst)
+        forward = self.links.transfer(words * self.dtype_bytes, group) * _US
+        backward = self.links.transfer(back * self.dtype_bytes, group) * _US
+        return _Relayout(
+            np.where(spread, fanned, forward),
+            np.where(spread, fanned, backward),
+            spread,
+            group,
+            own / tile,
+            (words <= 0.0) & ~spread,
+            (back <= 0.0) & ~spread,
+        )
 
     def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Forward activation and backward gradient: two messages, among the devices that exchange
-        them (:func:`exchanging`)."""
+        """Forward activation and backward gradient of ``words`` each way: two messages, among the
+        devices that exchange them (:func:`exchanging`)."""
         group = exchanging(src, dst)
         return 2.0 * self.links.transfer(words * self.dtype_bytes, group) * _US
+
+    def _scattered_gradient(
+        self, consumer: Operator, consumed: TensorUse, dst_configs: np.ndarray, d: _Relayout
+    ) -> np.ndarray:
+        """Per pair (Ku x Kv), what a product's all-reduce of its input's gradient (over its
+        output-feature splits c_n) saves as a reduce-scatter: where the producer's tile lies in the
+        consumer's and is at least c_n times smaller. Zero elsewhere, and for any other consumer."""
+        if consumer.op != "gemm" or consumer.attrs.get("lookup"):
+            return np.zeros(d.group.shape)
+        _, n, k = gemm_axes(consumer)
+        read = {a for dims in consumed.dims for a in dims}
+        if read & set(n) or not read & set(k):  # not the (m, k) operand
+            return np.zeros(d.group.shape)
+        cfg = dst_configs.astype(np.float64)
+        cn = axes_product(cfg, consumer, n)
+        tile = consumed.size / np.prod(layout(consumer, consumed, cfg), axis=1)
+        saving = self.links.all_gather(tile * self.dtype_bytes, cn, span(consumer, cfg, n)) * _US
+        ok = d.inside_consumer & (1.0 / d.ratio >= cn[None, :] * (1.0 - 1e-9)) & (cn[None, :] > 1.0)
+        return np.where(ok, saving[None, :], 0.0)
+
+    def _scattered_sums(self, producer: Operator, src_configs: np.ndarray, d: _Relayout) -> np.ndarray:
+        """Per pair (Ku x Kv), what a product's (or vocabulary-split lookup's) all-reduce of its
+        output's partial sums (over its input-feature splits c_k) saves as a reduce-scatter: where
+        the consumer's tile lies in the producer's and is at least c_k times smaller."""
+        if producer.op != "gemm" or not producer.outputs:
+            return np.zeros(d.group.shape)
+        cfg = src_configs.astype(np.float64)
+        k = list(producer.attrs["k"])
+        ck = axes_product(cfg, producer, k)
+        out = producer.outputs[0]
+        tile = out.size / np.prod(layout(producer, out, cfg), axis=1)
+        saving = self.links.all_gather(tile * self.dtype_bytes, ck, span(producer, cfg, k)) * _US
+        ok = d.inside_producer & (d.ratio >= ck[:, None] * (1.0 - 1e-9)) & (ck[:, None] > 1.0)
+        return np.where(ok, saving[:, None], 0.0)
 
     def sharded(self, op: Operator, configs: np.ndarray, base: VertexCosts, *, regather: bool = True) -> VertexCosts:
         """The same configurations with the operator's weight state sharded over its replicas (ZeRO-3 /

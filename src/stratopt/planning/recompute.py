@@ -333,13 +333,13 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
     pass and the per-operator prices leave out, for ``assignment``'s checkpointed blocks: a module
     kept by selective checkpointing runs its forward again around its saved product (its output's
     all-reduce with it, not its sharded weights' gather), and every module of a checkpointed block
-    re-lays its output out again where the plan pays for that on an edge (the forward half of its
-    costliest outgoing re-layout)."""
+    re-lays its output out again where the plan pays for that on an edge (the forward part of its
+    costliest outgoing re-layout, :meth:`~stratopt.cost.Costing.forward_relayout`)."""
     names = checkpointed(costing, assignment)
     if isinstance(names, str) or not names:
         return 0.0
     on = set(names)
-    ops, problem = costing.graph.operators, costing.problem
+    ops = costing.graph.operators
     out: dict[int, list[int]] = {}
     for e, (u, _, _) in enumerate(costing.edges):
         out.setdefault(u, []).append(e)
@@ -356,6 +356,6 @@ def reissued(costing: Any, assignment: tuple[int, ...]) -> float:
                 # but for a sharded weight's gather: FSDP keeps what it gathered for the re-run
                 gather = 0.0 if vc.weight_gather is None else float(vc.weight_gather[c])
                 total += float(vc.forward_comm[c]) - gather / (1.0 if costing.is_zero2(v, c) else 2.0)
-            relaid = [float(problem.edge_cost(e)[c, assignment[costing.edges[e][1]]]) for e in out.get(v, [])]
-            total += max(relaid, default=0.0) / 2.0
+            relaid = [costing.forward_relayout(e, c, assignment[costing.edges[e][1]]) for e in out.get(v, [])]
+            total += max(relaid, default=0.0)  # (negative: a reduce-scatter where an all-reduce is priced)
     return total
