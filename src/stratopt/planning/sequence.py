@@ -177,7 +177,7 @@ def sequence_layouts(
                     if cost(e) > 0.0:
                         bad.add(v)
                 elif not hands_on(u, dim_in(v, e)):
-                    bad.add(v)  # (the edge from a module may cost: the model prices a slice as its tile's words)
+                    bad.add(v)  # (the edge from a module may cost: a slice's gradient is gathered back)
                 elif any(
                     w not in candidates and not whole_module(w, f, dim_in(v, e), u) for w, f in out_edges.get(u, [])
                 ):

@@ -525,8 +525,9 @@ def unpriced_gathers(costing: Any, assignment: tuple[int, ...], dp: int, tp: int
     plan does not pay on any edge: a column-parallel module whose output is handed on whole though
     its readers keep the split (one of them also reads a whole tensor, and DTensor's operators
     without weights run on what the modules hand them) gathers it in the forward pass; a row-parallel
-    module that splits a whole input gathers that input's gradient back in the backward pass (the
-    per-operator prices count what a device lacks going forward only). Each: its tile from each of
+    module that splits a whole input gathers that input's gradient back in the backward pass (an
+    edge prices that gather where the producer holds the input whole; not where operators without
+    weights before it split the input alike, which PyTorch runs whole). Each: its tile from each of
     the ``tp`` devices, on the machine's links for a group of ``tp``."""
     placements = module_placements(costing, assignment, dp, tp)  # (a ModelError where there are none)
     links, element = getattr(costing.profile, "links", None), getattr(costing.profile, "dtype_bytes", None)
