@@ -309,13 +309,15 @@ class EdgePricing:
         dst_configs: np.ndarray,
         *,
         readers: int = 1,
+        forward: bool = False,
     ) -> np.ndarray:
         """The edge's cost matrix (Ku x Kv) for every pair of the two operators' configurations
-        (``readers``: how many operators read the tensor; a profile may price by it)."""
+        (``readers``: how many operators read the tensor; a profile may price by it); ``forward``:
+        the forward pass's part alone (here half: a message each way)."""
         src = layout(producer, produced, src_configs)
         dst = layout(consumer, consumed, dst_configs)
         devices = (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1))
-        return self.relayout_cost(produced.shape, src, dst, devices)
+        return self.relayout_cost(produced.shape, src, dst, devices) / (2.0 if forward else 1.0)
 
     def relayout_cost(
         self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]

@@ -214,18 +214,18 @@ class Costing:
 
     def forward_relayout(self, e: int, cu: int, cv: int) -> float:
         """The forward pass's part of edge ``e``'s cost between configurations ``cu`` and ``cv``
-        (what re-running the producer issues again): the profile's ``edge_forward`` where it has
-        one, else half the edge (a message each way)."""
-        u, v, i = self.edges[e]
-        price = getattr(self.profile, "edge_forward", None)
-        if price is None:
+        (what re-running the producer issues again): the profile's own where its ``edge`` takes
+        ``forward``, else half the edge (a message each way)."""
+        if not _takes(self.profile, "forward"):
             return float(self.problem.edge_cost(e)[cu, cv]) / 2.0
+        u, v, i = self.edges[e]
         ops = self.graph.operators
         consumed = ops[v].inputs[i]
         produced = ops[u].outputs[consumed.output]
         src, dst = self.configs[u][cu : cu + 1], self.configs[v][cv : cv + 1]
         many = (self.readers or _readers(self.graph))[(u, consumed.output)]
-        return float(price(ops[u], produced, src, ops[v], consumed.use, dst, readers=many)[0, 0])
+        table = self.profile.edge(ops[u], produced, src, ops[v], consumed.use, dst, readers=many, forward=True)
+        return float(table[0, 0])
 
     def explain(self, assignment: Iterable[int]) -> list[dict[str, Any]]:
         """Per-operator breakdown of a strategy: configuration, compute, communication inside the
@@ -446,7 +446,7 @@ def build(
     matrices = []
     tables: dict[Any, np.ndarray] = {}
     readers = _readers(graph)
-    counted = _takes_readers(prof)
+    counted = _takes(prof, "readers")
     for u, v, i in edges:
         consumed = ops[v].inputs[i]
         many = readers[(u, consumed.output)]
@@ -533,16 +533,16 @@ def build(
     )
 
 
-def _takes_readers(profile: Any) -> bool:
-    """Whether ``profile.edge`` takes ``readers`` (every :class:`EdgePricing` does; a profile of the
-    user's own may not)."""
+def _takes(profile: Any, name: str) -> bool:
+    """Whether ``profile.edge`` takes the keyword ``name`` (every :class:`EdgePricing` takes
+    ``readers`` and ``forward``; a profile of the user's own may not)."""
     if isinstance(profile, EdgePricing):
         return True
     try:
         params = inspect.signature(profile.edge).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "readers" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _readers(graph: Graph) -> dict[tuple[int, int], int]:

@@ -341,6 +341,7 @@ class DefaultProfile(EdgePricing):
         dst_configs: np.ndarray,
         *,
         readers: int = 1,
+        forward: bool = False,
     ) -> np.ndarray:
         """The edge's cost matrix (Ku x Kv): the re-layout forward and its gradient's backward
         (:meth:`relayout_cost`), less what the re-layout saves the two operators' own collectives.
@@ -352,48 +353,18 @@ class DefaultProfile(EdgePricing):
         (``readers``: how many operators read the tensor) takes a tile that many times smaller (the
         row-parallel layer handing on a split stream). Each saving is a reduce-scatter's difference
         to an all-reduce (one all-gather); an edge that moves anything costs at least one message's
-        latency."""
-        d = self._directions(producer, produced, src_configs, consumer, consumed, dst_configs)
-        saved = self._scattered_gradient(consumer, consumed, dst_configs, d) + (
-            self._scattered_sums(producer, src_configs, d) if readers == 1 else 0.0
-        )
+        latency. ``forward``: the forward pass's part alone (what a checkpointed module's re-run
+        issues again), the forward message less the partial sums' saving (negative where nothing
+        moves forward: the producer's priced all-reduce is a reduce-scatter as it runs)."""
+        src, dst = layout(producer, produced, src_configs), layout(consumer, consumed, dst_configs)
+        d = self._relayout(produced.shape, src, dst, (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1)))
+        sums = self._scattered_sums(producer, src_configs, d) if readers == 1 else 0.0
+        if forward:
+            return d.forward - sums
+        saved = self._scattered_gradient(consumer, consumed, dst_configs, d) + sums
         cost = d.forward + d.backward
         latency = self.links.link(d.group)[1] * _US
         return np.where(d.spread | (saved <= 0.0), cost, np.maximum(cost - saved, np.minimum(cost, latency)))
-
-    def edge_forward(
-        self,
-        producer: Operator,
-        produced: TensorUse,
-        src_configs: np.ndarray,
-        consumer: Operator,
-        consumed: TensorUse,
-        dst_configs: np.ndarray,
-        *,
-        readers: int = 1,
-    ) -> np.ndarray:
-        """The forward pass's part of :meth:`edge` (what a checkpointed module's re-run issues
-        again): the re-layout's forward message, less the partial sums' saving where the producer
-        reduce-scatters them (negative where the edge moves nothing forward: the producer's priced
-        all-reduce is a reduce-scatter as it runs)."""
-        d = self._directions(producer, produced, src_configs, consumer, consumed, dst_configs)
-        if readers != 1:
-            return d.forward
-        return d.forward - self._scattered_sums(producer, src_configs, d)
-
-    def _directions(
-        self,
-        producer: Operator,
-        produced: TensorUse,
-        src_configs: np.ndarray,
-        consumer: Operator,
-        consumed: TensorUse,
-        dst_configs: np.ndarray,
-    ) -> _Relayout:
-        src = layout(producer, produced, src_configs)
-        dst = layout(consumer, consumed, dst_configs)
-        devices = (np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1))
-        return self._relayout(produced.shape, src, dst, devices)
 
     def relayout_cost(
         self, shape: tuple[int, ...], src: np.ndarray, dst: np.ndarray, devices: tuple[np.ndarray, np.ndarray]
