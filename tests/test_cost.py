@@ -292,6 +292,47 @@ def test_sequence_parallel_edges_price_a_gather_and_a_reduce_scatter():
     assert _readers(_three_products(2))[(0, 0)] == 2 and _readers(_three_products(1))[(0, 0)] == 1
 
 
+def test_causal_attention_split_over_positions_waits_for_its_busiest_device():
+    """Causal attention's two products split over the query positions 4 ways (contiguous ranges)
+    cost 2 - 1/4 times the same products split over the heads 4 ways: the last queries' device
+    does 7/4 of the average share; split over queries and keys both, twice; over the keys alone of
+    the context product (its reduced axis), 2 - 1/2 at 2 ways. Checked by counting each device's
+    unmasked query-key pairs on a small square."""
+    from stratopt.cost.default import DefaultProfile, causal_imbalance
+    from stratopt.graph.decoder import decoder_graph
+
+    graph = decoder_graph("mpt:layers=1,d_model=64,heads=4,vocab=512,seq=32,batch=8")
+    profile = DefaultProfile(DATASHEET_H100)
+    for op in (o for o in graph.operators if o.attrs.get("fused_attention") in ("scores", "context")):
+        role = op.attrs["fused_attention"]
+        query = op.outputs[0].dims[-2][0]
+        key = (op.outputs[0].dims[-1] if role == "scores" else op.inputs[0].use.dims[-1])[0]
+        heads = _config(op, h=4)
+        assert causal_imbalance(op, heads)[0] == 1.0
+        cases = {(4, 1): 2 - 1 / 4, (1, 2): 2 - 1 / 2, (2, 2): 2.0}
+        for (cq, ck), expected in cases.items():
+            both = _config(op, **{query: cq, key: ck})
+            assert causal_imbalance(op, both)[0] == pytest.approx(expected), (role, cq, ck)
+            assert _busiest(32, cq, ck) == pytest.approx(expected)
+        split = profile.vertex(op, _config(op, **{query: 4})).compute[0]
+        assert split == pytest.approx(profile.vertex(op, heads).compute[0] * (2 - 1 / 4))
+
+
+def _busiest(seq: int, cq: int, ck: int) -> float:
+    """The most unmasked (query, key) pairs one block of a ``cq x ck`` split of a causal
+    ``seq x seq`` square holds, over the average (continuous: each diagonal pair counts half)."""
+    a, b = seq // cq, seq // ck
+    areas = []
+    for i in range(cq):
+        for j in range(ck):
+            pairs = sum(
+                min(max(q - j * b, 0), b) + (0.5 if j * b <= q < (j + 1) * b else 0.0)
+                for q in range(i * a, (i + 1) * a)
+            )
+            areas.append(pairs)
+    return max(areas) / (seq * seq / 2 / (cq * ck))
+
+
 def test_a_gather_inside_each_data_parallel_group_stays_on_the_node():
     """A tensor split over its rows 8 ways and its features 4 ways (32 devices, four nodes of 8),
     read with its features whole: each group of 4 that shares a row split gathers its own tile, on

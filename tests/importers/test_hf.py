@@ -336,3 +336,15 @@ def test_t5_reads_its_position_bias_along_the_heads_and_its_table_once() -> None
     assert not table.attrs.get("tied") and table.attrs["params"] == ["encoder.embed_tokens.weight"]
     held = sum(i.use.size for op in graph.operators if not op.attrs.get("tied") for i in op.inputs if i.param)
     assert held == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+def test_attention_is_as_causal_on_the_meta_device_as_on_the_cpu(name: str) -> None:
+    """On the meta device transformers cannot look at values, so it hands attention a causal mask
+    built from the positions instead of ``is_causal``: the attention a causal module runs is still
+    priced as the kernel's causal half there (it was priced as the whole square, twice the work,
+    for the full-size shapes), and an encoder's stays whole."""
+    graphs = [from_torch(*getattr(hf, name)(device=device, batch=2, seq=16), name=name) for device in ("cpu", "meta")]
+    marks = [[op.attrs.get("causal") for op in g.operators if op.attrs.get("fused_attention")] for g in graphs]
+    assert marks[0] == marks[1] and marks[0]
+    assert all(marks[0]) == (name != "bert") and any(marks[0]) == (name != "bert")

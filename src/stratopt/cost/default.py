@@ -28,6 +28,7 @@ as the ``h100`` preset) the same operators are priced as the step predictor pric
 fitted parameters in place of the datasheet's: a product of ``w`` flops per device takes
 ``(w + gemm_half) / (gemm_efficiency x peak)`` (small products do not reach the peak); products
 marked ``fused_attention`` (FlashAttention, :mod:`stratopt.graph.decoder`) run the causal half
+(split over the positions, the busiest device's share: :func:`causal_imbalance`)
 at ``attention_efficiency x peak``, 3.5 times the forward (the backward recomputes the scores),
 and neither store nor stream the score matrices; memory-bound work streams at ``hbm_efficiency``
 of the bandwidth, collectives at ``network_efficiency`` of the links; every product whose weights
@@ -233,7 +234,7 @@ class DefaultProfile(EdgePricing):
         g = gemm_shape(op, cfg)
         work = g.bb * 2.0 * g.m * g.n * g.k  # forward flops per device
         if op.attrs.get("fused_attention"):  # the causal half, forward and 2.5x in the backward
-            work = work * (0.5 if op.attrs.get("causal") else 1.0)
+            work = work * (0.5 * causal_imbalance(op, cfg) if op.attrs.get("causal") else 1.0)
             compute = 3.5 * work / self.attention_flops * _US
         else:
             rate = self.flops * (self.conv_efficiency if op.op == "conv" else 1.0)
@@ -529,6 +530,27 @@ class DefaultProfile(EdgePricing):
             f"HBM {m.hbm_gbps:g} GB/s, {m.devices_per_node} per node, {m.intra_gbps:g}/{m.inter_gbps:g} GB/s), "
             f"{self.dtype_bytes}-byte values"
         )
+
+
+def causal_imbalance(op: Operator, configs: np.ndarray) -> np.ndarray:
+    """Per configuration, how much more than its share of a causal attention product's work its
+    busiest device does (the others wait for it at the next collective): splitting the query (or
+    key) positions ``c`` ways into contiguous ranges gives the last queries (the first keys) ``2 -
+    1/c`` times the average; splitting both, some device holds a block wholly below the diagonal,
+    twice the average; splitting neither (heads, batch), 1. A load-balanced order of the positions
+    (context parallelism's zigzag) would even it out; an operator's split is contiguous.
+
+    The query positions index the output's second-to-last dimension; the keys its last (the
+    scores) or the first input's last (the context, ``probabilities x values``)."""
+    role = op.attrs.get("fused_attention")
+    out = op.outputs[0].dims if op.outputs else ()
+    if role not in ("scores", "context") or len(out) < 2 or not op.inputs:
+        return np.ones(configs.shape[0])
+    keys = out[-1] if role == "scores" else op.inputs[0].use.dims[-1]
+    cq = axes_product(np.asarray(configs, dtype=np.float64), op, list(out[-2]))
+    ck = axes_product(np.asarray(configs, dtype=np.float64), op, list(keys))
+    one = np.where(ck > 1.0, 2.0 - 1.0 / ck, 2.0 - 1.0 / cq)
+    return np.where((cq > 1.0) & (ck > 1.0), 2.0, np.where((cq > 1.0) | (ck > 1.0), one, 1.0))
 
 
 def exchanging(src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -143,6 +143,7 @@ class _Recorder:
         self.nodes: list[Node] = []
         self.kind: dict[str, str] = {}
         self.scope: list[str] = []
+        self.causal: list[Any] = []  # per module running, its ``is_causal`` (None where it has none)
         self.counts: dict[str, int] = {}
         self.quiet = 0
         self.inside = 0  # calls made inside modules recorded whole (what their operator dispatches)
@@ -160,6 +161,11 @@ class _Recorder:
         """A fresh name for a call made inside the innermost module running (its path is the prefix)."""
         scope = self.scope[-1] if self.scope else ""
         return self.fresh(f"{scope}.{what}" if scope else what)
+
+    def causal_module(self) -> bool:
+        """Whether the innermost running module that says whether it is causal (``is_causal``, as
+        transformers' attention modules do) says so."""
+        return next((c for c in reversed(self.causal) if isinstance(c, bool)), False)
 
     def source(self, t: Any) -> str:
         """The node that made ``t``; a weight or constant node the first time an unknown tensor is seen."""
@@ -331,6 +337,11 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
         if kind == "matmul" and fname in ("addmm", "baddbmm", "addbmm") and len(ins) == 3:
             attrs["bias"], ins = ins[0], ins[1:]  # the added term: a bias where it is a weight
         if kind == "sdpa":  # q, k, v and a mask computed from the inputs; a constant mask is free
+            mask = kw.get("attn_mask", args[3] if len(args) > 3 else None)
+            if isinstance(mask, torch.Tensor) and not rec.live(rec.source(mask)) and rec.causal_module():
+                # a causal module's mask built from the positions alone (transformers builds one where
+                # it cannot look at values, under a fake-tensor trace): the kernel's causal half
+                attrs["causal"] = True
             ins = [x for x in ins if rec.live(x)]
         if fname in ("split", "chunk") and len(ins) == 1 and shapes:
             nodes = {n.name: n for n in rec.nodes}
@@ -385,10 +396,13 @@ def trace(torch: Any, module: Any, example: tuple[Any, ...], kwargs: dict[str, A
 
     def enter(mod: Any, _args: Any) -> None:
         rec.scope.append(path.get(id(mod), ""))
+        rec.causal.append(getattr(mod, "is_causal", None))
 
     def leave(mod: Any, _args: Any, _out: Any) -> None:
         if rec.scope:
             rec.scope.pop()
+        if rec.causal:
+            rec.causal.pop()
 
     for mod in module.modules():
         if mod is module:
