@@ -292,6 +292,26 @@ def test_sequence_parallel_edges_price_a_gather_and_a_reduce_scatter():
     assert _readers(_three_products(2))[(0, 0)] == 2 and _readers(_three_products(1))[(0, 0)] == 1
 
 
+def test_an_edges_forward_part_counts_the_tensors_readers():
+    """``Costing.forward_relayout`` (what a checkpointed module's re-run issues again): a
+    row-parallel product handing its one reader a quarter of its output reduce-scatters its partial
+    sums where it was priced an all-reduce, so the edge's forward part is minus one all-gather; with
+    two readers the all-reduce stays and nothing moves forward. The pase profile's edges are a
+    message each way: half."""
+    tile = 64 * 512 * 2
+    gather = float(DATASHEET_H100.all_gather(np.array(tile), np.array(4.0))) * 1e6
+    for readers, expected in ((1, -gather), (2, 0.0)):
+        costing = build(_three_products(readers), 4, machine=DATASHEET_H100, cutoff=1)
+        first, second = costing.graph.operators[:2]
+        cu = choice(costing, 0, tuple(_config(first, k=4)[0]))
+        cv = choice(costing, 1, tuple(_config(second, b=4)[0]))
+        assert costing.forward_relayout(0, cu, cv) == pytest.approx(expected, abs=1e-9)
+    pase = build(_three_products(1), 4, profile="pase", cutoff=1)
+    cu, cv = choice(pase, 0, tuple(_config(first, b=4)[0])), choice(pase, 1, tuple(_config(second, n=4)[0]))
+    whole = float(pase.problem.edge_cost(0)[cu, cv])
+    assert whole > 0 and pase.forward_relayout(0, cu, cv) == pytest.approx(whole / 2)
+
+
 def test_causal_attention_split_over_positions_waits_for_its_busiest_device():
     """Causal attention's two products split over the query positions 4 ways (contiguous ranges)
     cost 2 - 1/4 times the same products split over the heads 4 ways: the last queries' device
