@@ -414,12 +414,6 @@ class DefaultProfile(EdgePricing):
             (back <= 0.0) & ~spread,
         )
 
-    def words_cost(self, words: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Forward activation and backward gradient of ``words`` each way: two messages, among the
-        devices that exchange them (:func:`exchanging`)."""
-        group = exchanging(src, dst)
-        return 2.0 * self.links.transfer(words * self.dtype_bytes, group) * _US
-
     def _scattered_gradient(
         self, consumer: Operator, consumed: TensorUse, dst_configs: np.ndarray, d: _Relayout
     ) -> np.ndarray:
@@ -549,8 +543,7 @@ def causal_imbalance(op: Operator, configs: np.ndarray) -> np.ndarray:
     keys = out[-1] if role == "scores" else op.inputs[0].use.dims[-1]
     cq = axes_product(np.asarray(configs, dtype=np.float64), op, list(out[-2]))
     ck = axes_product(np.asarray(configs, dtype=np.float64), op, list(keys))
-    one = np.where(ck > 1.0, 2.0 - 1.0 / ck, 2.0 - 1.0 / cq)
-    return np.where((cq > 1.0) & (ck > 1.0), 2.0, np.where((cq > 1.0) | (ck > 1.0), one, 1.0))
+    return np.where((cq > 1.0) & (ck > 1.0), 2.0, 2.0 - 1.0 / np.maximum(cq, ck))
 
 
 def exchanging(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
