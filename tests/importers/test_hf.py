@@ -158,15 +158,27 @@ def test_entry_points(tmp_path, capsys) -> None:
         "    raise RuntimeError('no GPU here')\n"
         "def wrong():\n"
         "    return 42\n"
+        "def sized(width=16, deep=False, act='relu'):\n"
+        "    act = torch.nn.ReLU if act == 'relu' else getattr(torch.nn, act)\n"
+        "    pairs = [(torch.nn.Linear(width if i else 16, width), act()) for i in range(2 if deep else 1)]\n"
+        "    return torch.nn.Sequential(*(m for pair in pairs for m in pair)), (torch.randn(8, 16),)\n"
     )
     assert main(["solve", f"{script}:model", "--procs", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "optimal"
+    # keyword arguments after commas: integers, booleans and words, as the function takes them
+    sized = load_entry_point(f"{script}:sized,width=24,deep=true,act=GELU")
+    assert [op.sizes for op in sized.operators if op.op == "gemm"] == [(8, 24, 16), (8, 24, 24)]
+    assert [op.sizes for op in load_entry_point(f"{script}:sized").operators if op.op == "gemm"] == [(8, 16, 16)]
+    assert len(load_entry_point("stratopt.importers.hf:llama,layers=3").operators) > len(
+        load_entry_point("stratopt.importers.hf:llama").operators
+    )
     for bad, says in [
         ("no_such_module_here:f", "cannot import no_such_module_here"),
         ("stratopt.importers.hf:nothing", "has no attribute 'nothing'"),
         (f"{tmp_path}/absent.py:f", "no such file"),
         (f"{script}:broken", "RuntimeError: no GPU here"),
         (f"{script}:wrong", "wrong() returned int"),
+        (f"{script}:sized,depth=2", "unexpected keyword argument 'depth'"),
     ]:
         assert main(["import", bad]) == 2
         err = capsys.readouterr().err
