@@ -6,9 +6,11 @@ plan checked with ``check-plan`` on 8 gloo processes and trained with ``train --
 Prints one Markdown row per plan (mesh, micro-batches, checkpointed blocks, FSDP modules, experts
 modules split over their experts and how, every check, the training check) and exits 1 when any is not ok. Models are entry points (``module:function``
 returning a model and a batch) or ``hf:`` configurations; the default is the tiny Hugging Face
-decoders and MoE model of ``stratopt.importers.hf``.
+decoders and MoE model of ``stratopt.importers.hf``; ``--layers N`` builds them with N blocks
+(``stratopt.importers.hf:llama,layers=N``), which the interleaved schedule needs (``--schedule
+interleaved``: two stages or more per device group, so four blocks or more).
 
-    python scripts/check_world8.py [--nodes 2] [--gpus-per-node 4] [MODEL ...]
+    python scripts/check_world8.py [--nodes 2] [--gpus-per-node 4] [--schedule S] [--layers N] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -41,17 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", default=DEFAULT)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus-per-node", type=int, default=4)
+    parser.add_argument("--schedule", default="1f1b", help="1f1b, gpipe, interleaved or auto (plan's --schedule)")
+    parser.add_argument("--layers", type=int, help="build the models with this many blocks (their layers=N)")
     args = parser.parse_args(argv)
+    if args.layers is not None:
+        args.models = [f"{model},layers={args.layers}" for model in args.models]
     world = args.nodes * args.gpus_per_node
     print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, world {world} (gloo)\n")
     cases = []
     started = time.perf_counter()
     for model in args.models:
         try:
-            free = planned(model, args.nodes, args.gpus_per_node)
-            full = planned(model, args.nodes, args.gpus_per_node, recompute="full")
+            where = (model, args.nodes, args.gpus_per_node)
+            free = planned(*where, schedule=args.schedule)
+            full = planned(*where, recompute="full", schedule=args.schedule)
             limit = 0.6 * float(free.memory_bytes or 0.0) / 1e9
-            tight = planned(model, args.nodes, args.gpus_per_node, memory_gb=limit)
+            tight = planned(*where, memory_gb=limit, schedule=args.schedule)
         except StratoptError as exc:
             print(f"{model}: {exc}", file=sys.stderr)
             return 1
@@ -61,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         [(m, p) for m, _, p in cases], world, timeout=1800, progress=lambda s: print(s, file=sys.stderr)
     )
     print(
-        "| model | plan | mesh | M | checkpointed | FSDP modules | split experts | check-plan | failed checks | train --check |"
+        "| model | plan | mesh | M | schedule | checkpointed | FSDP modules | split experts | check-plan | failed checks "
+        "| train --check |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     bad = 0
     for (model, name, exported), report in zip(cases, reports, strict=True):
         trained = train(model, exported, world, 3, check=True, timeout=1800)
@@ -72,11 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         fsdp = sum(1 for e in exported.modules.values() if e["fsdp"])
         kinds = [e["tp"] for e in exported.modules.values() if e["tp"] in ("expert", "expert-dp")]
         experts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "0"
-        mesh = f"2 x {exported.mesh[0]} x {exported.mesh[1]}"
+        mesh = f"{exported.stages} x {exported.mesh[0]} x {exported.mesh[1]}"
+        schedule = exported.pipeline["schedule"] + (f" ({exported.chunks} per group)" if exported.chunks > 1 else "")
         again = len(exported.recompute)
         verdict = "ok" if trained.ok else f"MISMATCH ({trained.max_relative_error:.1e})"
         print(
-            f"| {model} | {name} | {mesh} | {exported.pipeline['microbatches']} | {again} | {fsdp} | {experts} "
+            f"| {model} | {name} | {mesh} | {exported.pipeline['microbatches']} | {schedule} | {again} | {fsdp} | {experts} "
             f"| {'ok' if report.ok else 'MISMATCH'} | {failed} | {verdict} |"
         )
         bad += (not report.ok) + (not trained.ok)

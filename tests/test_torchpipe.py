@@ -147,7 +147,10 @@ def test_the_pipeline_section_is_read_back(exported: ExportedPlan, tmp_path) -> 
     ("change", "message"),
     [
         (lambda p: p.update(microbatches=0), "'microbatches' must be a positive integer"),
-        (lambda p: p.update(schedule="zigzag"), "'schedule' must be 1f1b or gpipe"),
+        (lambda p: p.update(schedule="zigzag"), "'schedule' must be 1f1b, gpipe or interleaved"),
+        (lambda p: p.update(chunks=2), "'chunks' .* goes with the interleaved schedule only"),
+        (lambda p: p.update(schedule="interleaved"), "'chunks' .* goes with the interleaved schedule only"),
+        (lambda p: p.update(schedule="interleaved", chunks=2), "2 stages do not split into device groups of 2"),
         (lambda p: p.update(stages=[]), "'stages' must be a list of stage objects"),
         (lambda p: p.update(stages=p["stages"][:1]), "'boundaries' must list the 0 boundaries"),
         (lambda p: p["boundaries"][0].update(before="layers.0"), "boundary 0 must name stage 1's first block"),

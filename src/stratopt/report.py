@@ -439,11 +439,10 @@ def print_pipeline_step(name: str, procs: int, info: dict[str, Any]) -> None:
 
 
 def print_pipeline(info: dict[str, Any], result: Any) -> None:
-    """``stratopt plan --stages``: each stage, then the pipelined iteration against the plan run
-    micro-batch after micro-batch."""
+    """``stratopt plan --stages``: each stage, then the iteration against the plan run unpipelined."""
     print()
     _print_stages(info, result.memory_gb * 1e9)
-    m = info["microbatches"]
+    m, count = info["microbatches"], len(info["stages"])
     single = info["without_pipelining"]
     if info.get("tried"):
         none = "none runs or fits" if info.get("runs") == "torch" else "does not fit"
@@ -455,7 +454,7 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
     line = f"iteration: {info['estimate']:,.1f} us (model), {info['simulated']:,.1f} us (simulated, bubble {info['bubble']:.0%})"
     if single:
         if info.get("runs") == "torch":
-            how = f"the plan on {info['mesh'][0] * info['mesh'][1] * len(info['stages'])} devices, one stage"
+            how = f"the plan on {info['mesh'][0] * info['mesh'][1] * count // info.get('chunks', 1)} devices, one stage"
         else:
             how = "the plan, priced as stages are" if info.get("tried") else f"{m} x the plan, gradients synced once"
         line += f"; without pipelining {single:,.1f} us ({how}): {single / info['estimate']:.2f}x by the model"
@@ -465,11 +464,14 @@ def print_pipeline(info: dict[str, Any], result: Any) -> None:
 
 
 def _print_stages(info: dict[str, Any], limit: float | None) -> None:
-    m = info["microbatches"]
-    count = len(info["stages"])
+    m, count = info["microbatches"], len(info["stages"])
     mesh = f", each on a {info['mesh'][0]} x {info['mesh'][1]} mesh (runs in PyTorch)" if info.get("mesh") else ""
-    print(f"pipeline: {count} stage{'s' if count != 1 else ''}, {m} micro-batches, {info['schedule']}{mesh}")
+    groups = count // info.get("chunks", 1)  # interleaved: fits says whether a group's stages fit together
+    shared = f" on {groups} device groups (stage k on group k mod {groups}; GB per device: a stage's part)"
+    shared = f"{count} stage{'s' if count != 1 else ''}{shared if groups < count else ''}"
+    print(f"pipeline: {shared}, {m} micro-batches, {info['schedule']}{mesh}")
     rows = [("stage", "operators", "devices", "us per micro-batch", "GB per device", "fits", "strategy")]
+    held = [sum(s["memory"] for s in info["stages"][g::groups]) for g in range(groups)]
     for s in info["stages"]:
         words = "; ".join(
             f"{r['layer']}: TP {r['tp']} DP {r['dp']}" for r in s["strategy"] if r["op"] in ("gemm", "conv")
@@ -481,7 +483,7 @@ def _print_stages(info: dict[str, Any], limit: float | None) -> None:
                 str(s["devices"]),
                 f"{s['time']:,.1f}",
                 f"{s['memory'] / 1e9:,.1f}",
-                "-" if limit is None else ("yes" if s["memory"] <= limit else "no"),
+                "-" if limit is None else ("yes" if held[s["stage"] % groups] <= limit else "no"),
                 words[:70],
             )
         )

@@ -57,7 +57,13 @@ def options(p: argparse.ArgumentParser, *names: str, limit: str = "seconds the s
         elif name == "pipeline":
             g = p.add_argument_group("pipelines (with --stages)")
             g.add_argument("--microbatches", type=count_or_auto, default=1, metavar="M|auto", help=MICRO)
-            g.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="the schedule (1f1b)")
+            g.add_argument(
+                "--schedule",
+                choices=("1f1b", "gpipe", "interleaved", "auto"),
+                default="1f1b",
+                help="the schedule (1f1b); with --expressible torch also interleaved (several stages per device "
+                "group) or auto (the faster of 1f1b and interleaved)",
+            )
         elif name in ("pricing", "memory"):
             g = p.add_argument_group(
                 "operator graphs (networks, graph and ONNX files; defaults: stratopt.cost.build's)"

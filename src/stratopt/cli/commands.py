@@ -224,6 +224,10 @@ def plan_cmd(args: argparse.Namespace) -> int:
     Megatron priced the same way; with --stages, also pipeline stages and their simulated iteration.
     """
     parse_stages(args.stages)  # a bad --stages is refused before the long part
+    if args.schedule in ("interleaved", "auto") and args.expressible != "torch":
+        raise ModelError(
+            f"--schedule {args.schedule} is searched among the pipelines PyTorch runs: add --expressible torch"
+        )
     if args.microbatches == "auto" and args.stages == "1":
         raise ModelError("--microbatches auto cuts the batch for a pipeline: give --stages auto or N as well")
     # with --expressible torch, --stages 1 --microbatches M is gradient accumulation, run as a stage of one

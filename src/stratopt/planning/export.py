@@ -26,7 +26,9 @@ stage's mesh (the cluster is ``stages x dp x tp``), ``stages`` lists each stage'
 checkpointed blocks and time per micro-batch, ``boundaries`` the tensor crossing each stage boundary
 (``before``: the next stage's first block; ``elements`` per micro-batch, every data-parallel group's
 together), ``batch`` is ``cut`` where the model's batch is cut into the micro-batches (else each
-micro-batch is a whole batch of the model's), and the modules' collectives count a whole step.
+micro-batch is a whole batch of the model's), and the modules' collectives count a whole step. The
+interleaved schedule adds ``"chunks"``: the stages each device group runs (stage ``j`` on group ``j
+% groups``; the cluster is then ``groups x dp x tp``, ``groups`` the stages over the chunks).
 """
 
 from __future__ import annotations
@@ -78,7 +80,13 @@ class ExportedPlan:
 
     @property
     def stages(self) -> int:
-        return 1 if self.pipeline is None else len(self.pipeline["stages"])
+        """Pipeline device groups (ranks along the pipeline): the stages over their chunks."""
+        return 1 if self.pipeline is None else len(self.pipeline["stages"]) // self.chunks
+
+    @property
+    def chunks(self) -> int:
+        """Stages each device group runs: more than one under the interleaved schedule."""
+        return 1 if self.pipeline is None else int(self.pipeline.get("chunks", 1))
 
     @classmethod
     def of(cls, result: Any) -> ExportedPlan:
@@ -104,7 +112,7 @@ class ExportedPlan:
         parts = run.export()
         simulated = run.summary()["simulated"]
         return cls(
-            result.model, result.to_dict()["cluster"], run.estimate, simulated, max(run.memory()),
+            result.model, result.to_dict()["cluster"], run.estimate, simulated, max(run.group_memory()),
             parts["operators"], run.mesh, parts["modules"], "", tuple(parts["recompute"]), "plan", parts["pipeline"],
         )  # fmt: skip
 
@@ -225,7 +233,7 @@ def plan_from_dict(data: Any, path: Any = "plan") -> ExportedPlan:
             raise ModelError(f"{path}: {key!r} must be a number or null, got {value!r}")
         figures[key] = None if value is None else float(value)
     pipeline = _check_pipeline(path, data.get("pipeline"))
-    stages = 1 if pipeline is None else len(pipeline["stages"])
+    stages = 1 if pipeline is None else len(pipeline["stages"]) // int(pipeline.get("chunks", 1))
     if cluster["devices"] % stages:
         raise ModelError(f"{path}: {stages} pipeline stages do not split the cluster's {cluster['devices']} devices")
     mesh, modules = _check_modules(path, data, cluster["devices"] // stages)
@@ -267,8 +275,11 @@ def _check_pipeline(path: Any, section: Any) -> dict[str, Any] | None:
         raise ModelError(f"{where}: must be a JSON object")
     if not _positive_int(section.get("microbatches")):
         raise ModelError(f"{where}: 'microbatches' must be a positive integer, got {section.get('microbatches')!r}")
-    if section.get("schedule") not in ("1f1b", "gpipe"):
-        raise ModelError(f"{where}: 'schedule' must be 1f1b or gpipe, got {section.get('schedule')!r}")
+    if section.get("schedule") not in ("1f1b", "gpipe", "interleaved"):
+        raise ModelError(f"{where}: 'schedule' must be 1f1b, gpipe or interleaved, got {section.get('schedule')!r}")
+    chunks = section.get("chunks", 1)
+    if not _positive_int(chunks) or (chunks > 1) != (section["schedule"] == "interleaved"):
+        raise ModelError(f"{where}: 'chunks' (2 or more) goes with the interleaved schedule only, got {chunks!r}")
     if section.get("batch", "whole") not in ("cut", "whole"):
         raise ModelError(f"{where}: 'batch' must be cut or whole, got {section.get('batch')!r}")
     stages, boundaries = section.get("stages"), section.get("boundaries")
@@ -283,6 +294,8 @@ def _check_pipeline(path: Any, section: Any) -> dict[str, Any] | None:
             raise ModelError(f"{where}: stage {k} has no block")
     if not (isinstance(boundaries, list) and len(boundaries) == len(stages) - 1):
         raise ModelError(f"{where}: 'boundaries' must list the {len(stages) - 1} boundaries between the stages")
+    if chunks > 1 and (len(stages) % chunks or len(stages) < 2 * chunks):
+        raise ModelError(f"{where}: {len(stages)} stages do not split into device groups of {chunks} chunks")
     for k, row in enumerate(boundaries):
         if not isinstance(row, dict) or row.get("before") != stages[k + 1]["blocks"][0]:
             raise ModelError(f"{where}: boundary {k} must name stage {k + 1}'s first block in 'before'")

@@ -78,6 +78,8 @@ def plan_pipeline(
     """
 
     count = parse_stages(stages)
+    if schedule in ("interleaved", "auto"):
+        raise ModelError(f"--schedule {schedule} is searched among the pipelines PyTorch runs: add --expressible torch")
     say = notes or progress or (lambda _msg: None)
     options = {"machine": machine, "stages": count, "memory_gb": memory_gb}
     tried: list[tuple[int, float]] = []
@@ -142,8 +144,8 @@ def runnable_stages(
     )  # fmt: skip
     info = run.summary()
     if trace is not None or gantt is not None:  # the summary simulated it already; again only to draw it
-        timeline, _ = simulate(run.graph, run.plan, where.machine, schedule)
-        title = f"{run.graph.name}: {schedule}"
+        timeline, _ = simulate(run.graph, run.plan, where.machine, run.schedule)
+        title = f"{run.graph.name}: {run.schedule}"
         for line in write_timeline(events(timeline), trace_file=trace, gantt_file=gantt, title=title):
             say(line)
     single = result.plan.estimate if result.plan.fits else None

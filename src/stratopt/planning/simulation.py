@@ -72,7 +72,7 @@ def schedule_order(stage: int, stages: int, microbatches: int, schedule: str) ->
     if schedule == "gpipe":
         return [("F", m) for m in range(microbatches)] + [("B", m) for m in range(microbatches)]
     if schedule != "1f1b":
-        raise ModelError(f"unknown pipeline schedule {schedule!r}; use 1f1b or gpipe")
+        raise ModelError(f"unknown pipeline schedule {schedule!r}; use 1f1b, gpipe or interleaved")
     warm = min(stages - stage - 1, microbatches)
     order = [("F", m) for m in range(warm)]
     for m in range(microbatches):
@@ -82,44 +82,114 @@ def schedule_order(stage: int, stages: int, microbatches: int, schedule: str) ->
     return order
 
 
+def rank_order(rank: int, groups: int, chunks: int, microbatches: int, schedule: str) -> list[tuple[str, int, int]]:
+    """The passes device group ``rank`` of ``groups`` runs, in order, as (kind, stage, micro-batch):
+    its one stage's :func:`schedule_order`, or with ``chunks`` stages per group (stage ``j`` on group
+    ``j % groups``) interleaved 1F1B as ``torch.distributed.pipelining`` orders it: the micro-batches
+    in rounds of ``microbatches // max(1, microbatches // groups)``, each round through one chunk
+    after the other (depth first); ``2 (groups - rank - 1) + (chunks - 1) x round`` warm-up
+    forwards, then a forward and a backward in turn (the backwards through the chunks the other
+    way), then the remaining backwards.
+
+    >>> rank_order(0, 2, 2, 2, "interleaved")
+    [('F', 0, 0), ('F', 0, 1), ('F', 2, 0), ('F', 2, 1), ('B', 2, 0), ('B', 2, 1), ('B', 0, 0), ('B', 0, 1)]
+    """
+    if chunks == 1 and schedule != "interleaved":
+        return [(kind, rank, m) for kind, m in schedule_order(rank, groups, microbatches, schedule)]
+    if schedule != "interleaved":
+        raise ModelError(f"{chunks} stages per device group need the interleaved schedule, not {schedule!r}")
+    rounds = max(1, microbatches // groups)
+    if microbatches % rounds:
+        raise ModelError(
+            f"interleaved 1F1B runs micro-batches in rounds of {microbatches // rounds}: {microbatches} is not a multiple"
+        )
+    per_round = microbatches // rounds
+    total = chunks * microbatches
+    warm = min((chunks - 1) * per_round + 2 * (groups - rank - 1), total)
+
+    def forward_chunk(op: int) -> int:
+        return ((op // per_round) % chunks) * groups + rank
+
+    def backward_chunk(op: int) -> int:
+        return (chunks - 1 - ((op - warm) // per_round) % chunks) * groups + rank
+
+    done: dict[tuple[str, int], int] = {}
+
+    def take(kind: str, stage: int) -> tuple[str, int, int]:
+        m = done.get((kind, stage), 0)
+        done[(kind, stage)] = m + 1
+        return kind, stage, m
+
+    order = []
+    for op in range(total + warm):  # warm-up forwards, then forward and backward in turn, then the drain
+        if op < total:
+            order.append(take("F", forward_chunk(op)))
+        if op >= warm:
+            order.append(take("B", backward_chunk(op)))
+    return order
+
+
+def in_flight(order: list[tuple[str, int, int]]) -> dict[int, int]:
+    """The most micro-batches each stage of ``order`` holds at once (forwards run, backwards not yet).
+
+    >>> in_flight(rank_order(0, 2, 2, 2, "interleaved"))
+    {0: 2, 2: 2}
+    """
+    held: dict[int, int] = {}
+    most: dict[int, int] = {}
+    for kind, stage, _ in order:
+        held[stage] = held.get(stage, 0) + (1 if kind == "F" else -1)
+        most[stage] = max(most.get(stage, 0), held[stage])
+    return most
+
+
 def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f1b") -> tuple[Any, dict[str, Any]]:
     """Simulate one iteration of ``plan``: every micro-batch's forward and backward pass on every
     stage (durations from the operator-level simulator of that stage), the transfers between stages
-    on their links, each stage's passes in ``schedule``'s order. Returns the timeline (for
-    :func:`stratopt.sim.trace.events`, Chrome traces and Gantt charts) and a summary with
-    ``iteration_time`` and the bubble fraction (the share of stage time spent idle)."""
+    on their links, each device group's passes in ``schedule``'s order (:func:`rank_order`). Returns
+    the timeline (for :func:`stratopt.sim.trace.events`, Chrome traces and Gantt charts) and a
+    summary with ``iteration_time`` and the bubble fraction (the share of group time spent idle)."""
 
     if isinstance(machine, str):
         machine = get_machine(machine)
     count = len(plan.stages)
+    groups = plan.groups
     m_count = plan.microbatches
     passes = [_stage_passes(graph, s, machine) for s in plan.stages]
-    names = [f"stage {k} ({s.devices} dev)" for k, s in enumerate(plan.stages)]
+    if plan.chunks > 1:
+        names = [f"group {k} ({plan.stages[k].devices} dev)" for k in range(groups)]
+    else:
+        names = [f"stage {k} ({s.devices} dev)" for k, s in enumerate(plan.stages)]
     g = TaskGraph(names)
     task: dict[tuple[str, int, int], int] = {}
-    for k in range(count):
-        fwd, bwd, sync = passes[k]
+    for r in range(groups):
         previous = None
-        order = schedule_order(k, count, m_count, schedule)
-        for rank, (kind, m) in enumerate(order):
+        order = rank_order(r, groups, plan.chunks, m_count, schedule)
+        for position, (kind, k, m) in enumerate(order):
+            fwd, bwd, _ = passes[k]
             phase = 0 if kind == "F" else 1
-            t = g.add(rank * count + k, k, fwd if kind == "F" else bwd, (phase, 1, f"stage{k}", m, ""))
+            t = g.add(position * groups + r, r, fwd if kind == "F" else bwd, (phase, 1, f"stage{k}", m, ""))
             task[(kind, k, m)] = t
             if previous is not None:
-                g.depend(previous, t)  # the schedule's order on the stage's devices
+                g.depend(previous, t)  # the schedule's order on the group's devices
             previous = t
-        if sync > 0.0 and previous is not None:  # accumulated weight gradients, synchronised once
-            t = g.add(len(order) * count + k, k, sync, (1, 3, f"stage{k}", m_count - 1, "gradients of the iteration"))
-            g.depend(previous, t)
+        for k in range(r, count, groups):  # accumulated weight gradients, synchronised once
+            sync = passes[k][2]
+            if sync > 0.0 and previous is not None:
+                label = (1, 3, f"stage{k}", m_count - 1, "gradients of the iteration")
+                t = g.add(len(order) * groups + r, r, sync, label)
+                g.depend(previous, t)
+                previous = t
     for k in range(count):
         for m in range(m_count):
             g.depend(task[("F", k, m)], task[("B", k, m)])
             if k + 1 < count:
+                here, there = k % groups, (k + 1) % groups
                 half = plan.transfers[k] / 2.0
-                send = g.add(0, g.link(k, k + 1), half, (0, 0, f"stage{k}", m, "activations"))
+                send = g.add(0, g.link(here, there), half, (0, 0, f"stage{k}", m, "activations"))
                 g.depend(task[("F", k, m)], send)
                 g.depend(send, task[("F", k + 1, m)])
-                back = g.add(0, g.link(k + 1, k), half, (1, 0, f"stage{k + 1}", m, "gradients"))
+                back = g.add(0, g.link(there, here), half, (1, 0, f"stage{k + 1}", m, "gradients"))
                 g.depend(task[("B", k + 1, m)], back)
                 g.depend(back, task[("B", k, m)])
     timeline = simulate_tasks(g)
@@ -127,7 +197,7 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
     if problems:
         raise ModelError(f"the pipeline timeline fails its check: {problems[0]}")
     busy = sum(m_count * (f + b) + sync for f, b, sync in passes)
-    idle = 1.0 - busy / (count * timeline.makespan) if timeline.makespan > 0 else 0.0
+    idle = 1.0 - busy / (groups * timeline.makespan) if timeline.makespan > 0 else 0.0
     return timeline, {
         "iteration_time": timeline.makespan,
         "schedule": schedule,
@@ -144,10 +214,14 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
 
     out = []
     count = len(plan.stages)
+    held: dict[int, int] = {}
+    if plan.chunks > 1:  # interleaved: counted from the order each group runs its stages in
+        for r in range(plan.groups):
+            held.update(in_flight(rank_order(r, plan.groups, plan.chunks, plan.microbatches, "interleaved")))
     for k, s in enumerate(plan.stages):
         costing = stage_costing(graph, s, machine)
         total, activations = _stage_memory(costing, s.assignment)
-        in_flight = min(count - k, plan.microbatches)  # 1F1B: forwards waiting for their backward
+        flight = held.get(k, min(count - k, plan.microbatches))  # 1F1B: forwards waiting for their backward
         out.append(
             {
                 "stage": k,
@@ -156,8 +230,8 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
                 "end": s.end,
                 "devices": s.devices,
                 "time": s.time,
-                "in_flight": in_flight,
-                "memory": total + (in_flight - 1) * activations,
+                "in_flight": flight,
+                "memory": total + (flight - 1) * activations,
                 "strategy": describe_layers(
                     costing.graph, costing.configs, s.assignment, costing.sharding, costing.is_recomputed
                 ),

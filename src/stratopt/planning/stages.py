@@ -39,17 +39,28 @@ class PipelinePlan:
     """Stages in order, the transfers between them (microseconds per micro-batch), and 1F1B's
     iteration time for ``microbatches`` micro-batches: ``estimate`` over the stages' step-model times
     (:meth:`~stratopt.cost.Costing.stage_time`, as ``plan`` prices a strategy), ``objective`` over
-    the additive times the search minimised exactly (overlap taken operator by operator)."""
+    the additive times the search minimised exactly (overlap taken operator by operator).
+    ``chunks`` > 1: an interleaved pipeline, stage ``j`` on device group ``j % groups`` (each group
+    runs ``chunks`` stages), priced by :func:`interleaved`."""
 
     stages: tuple[Stage, ...]
     transfers: tuple[float, ...]
     microbatches: int
     devices: int
     objective: float
+    chunks: int = 1
+
+    @property
+    def groups(self) -> int:
+        """Device groups (pipeline ranks): the stages over their chunks."""
+        return len(self.stages) // self.chunks
 
     @property
     def estimate(self) -> float:
-        return one_f_one_b([s.time for s in self.stages] + list(self.transfers), self.microbatches)
+        times = [s.time for s in self.stages]
+        if self.chunks > 1:
+            return interleaved(times, list(self.transfers), self.groups, self.microbatches)
+        return one_f_one_b(times + list(self.transfers), self.microbatches)
 
     @property
     def bottleneck(self) -> float:
@@ -64,6 +75,21 @@ def one_f_one_b(times: list[float], microbatches: int) -> float:
     15.0
     """
     return sum(times) + (microbatches - 1) * max(times)
+
+
+def interleaved(times: list[float], transfers: list[float], groups: int, microbatches: int) -> float:
+    """Interleaved 1F1B's iteration time, stage ``j`` of ``times`` on group ``j % groups``: the
+    busiest group (or transfer) runs every micro-batch, and the fill and drain cost the rest of
+    one micro-batch's way through the pipeline over the chunks per group (Narayanan et al., 2021:
+    a bubble of ``(groups - 1) / chunks`` stage times). One chunk per group is 1F1B's time.
+
+    >>> interleaved([1.0, 1.0, 1.0, 1.0], [], 2, 4), one_f_one_b([2.0, 2.0], 4)
+    (9.0, 10.0)
+    """
+    chunks = len(times) // groups
+    per_group = [sum(times[g::groups]) for g in range(groups)]
+    busiest = max(per_group + transfers)
+    return microbatches * busiest + (sum(times) + sum(transfers) - busiest) / chunks
 
 
 def cut_points(graph: Graph) -> list[int]:
@@ -114,11 +140,12 @@ def crossing_bytes(graph: Graph, cut: int) -> float:
     return graph.operators[u].outputs[0].size * 2.0
 
 
-def transfer_time(nbytes: float, devices_before: int, where: Any) -> float:
+def transfer_time(nbytes: float, devices_before: int, where: Any, crosses: bool | None = None) -> float:
     """Microseconds to send a stage boundary's tensor forward and its gradient back, on NVLink
     unless the devices before the boundary fill whole nodes of ``where`` (a
-    :class:`~stratopt.planning.Cluster`), then on the network."""
-    crosses = devices_before % where.gpus_per_node == 0
+    :class:`~stratopt.planning.Cluster`), then on the network (``crosses``: say which instead)."""
+    if crosses is None:
+        crosses = devices_before % where.gpus_per_node == 0
     size = np.array(where.devices if crosses else 1)
     bw, lat = where.machine.link(size, size)
     return float(2.0 * (nbytes / bw + lat)) * _US

@@ -46,7 +46,7 @@ from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
 from stratopt.planning.pairs import handed_on
 from stratopt.planning.recompute import allowed, blocks, checkpointed, kept
-from stratopt.planning.simulation import _stage_memory, describe, simulate
+from stratopt.planning.simulation import _stage_memory, describe, in_flight, rank_order, simulate
 from stratopt.planning.stages import (
     PipelinePlan,
     Stage,
@@ -67,7 +67,8 @@ from stratopt.problem import FORBIDDEN
 
 __all__ = ["SCHEDULES", "RunnablePipeline", "best_layout", "runnable_pipeline"]
 
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "auto")
+MAX_CHUNKS = 8  # the most stages per device group the interleaved search tries
 
 
 @dataclass(frozen=True)
@@ -97,18 +98,24 @@ class RunnablePipeline:
         return self.plan.estimate + self.step_overhead
 
     def in_flight(self, k: int) -> int:
-        return flight(self.schedule, k, len(self.plan.stages), self.plan.microbatches)
+        return flight(self.schedule, k, len(self.plan.stages), self.plan.microbatches, self.plan.chunks)
 
     def costings(self) -> list[Any]:
         return [stage_costing(self.graph, s, self.where.machine) for s in self.plan.stages]
 
     def memory(self) -> list[float]:
-        """Bytes per device of each stage, its micro-batches in flight counted."""
+        """Bytes per device of each stage, its micro-batches in flight counted (interleaved: a device
+        group holds the sum of its stages')."""
         out = []
         for k, (s, costing) in enumerate(zip(self.plan.stages, self.costings(), strict=True)):
             total, acts = _stage_memory(costing, s.assignment)
             out.append(total + (self.in_flight(k) - 1) * acts)
         return out
+
+    def group_memory(self) -> list[float]:
+        """Bytes per device of each device group: its stages' together."""
+        per, groups = self.memory(), self.plan.groups
+        return [sum(per[g::groups]) for g in range(groups)]
 
     def summary(self) -> dict[str, Any]:
         """What ``plan --json`` prints under ``"pipeline"`` (the shape :func:`plan_pipeline` gives)."""
@@ -116,11 +123,14 @@ class RunnablePipeline:
         stages = describe(self.graph, self.plan, self.where.machine)
         for k, (row, memory) in enumerate(zip(stages, self.memory(), strict=True)):
             row.update(in_flight=self.in_flight(k), memory=memory, blocks=list(self.blocks[k]))
+            if self.plan.chunks > 1:
+                row["group"] = k % self.plan.groups
         out: dict[str, Any] = {
             "runs": "torch",
             "mesh": list(self.mesh),
             "microbatches": self.plan.microbatches,
             "schedule": self.schedule,
+            **({"chunks": self.plan.chunks} if self.plan.chunks > 1 else {}),
             "estimate": self.estimate,
             "simulated": info["iteration_time"] + self.step_overhead,
             "bubble": info["bubble"],
@@ -160,18 +170,30 @@ class RunnablePipeline:
         ]
         for k, row in enumerate(boundaries):
             row["transfer_us"] = self.plan.transfers[k]
-        section = {"microbatches": m, "schedule": self.schedule, "batch": "cut" if self.cut else "whole"}
+        section: dict[str, Any] = {
+            "microbatches": m,
+            "schedule": self.schedule,
+            "batch": "cut" if self.cut else "whole",
+        }
+        if self.plan.chunks > 1:
+            section["chunks"] = self.plan.chunks
         section.update(stages=stages, boundaries=boundaries)
         return {"operators": operators, "modules": modules, "recompute": recompute, "pipeline": section}
 
 
-def flight(schedule: str, k: int, stages: int, microbatches: int) -> int:
+def flight(schedule: str, k: int, stages: int, microbatches: int, chunks: int = 1) -> int:
     """Micro-batches whose activations stage ``k`` of ``stages`` holds at once: 1F1B's
-    ``min(stages - k, M)``, GPipe's ``M``.
+    ``min(stages - k, M)``, GPipe's ``M``; interleaved (``chunks`` stages per device group), counted
+    from the order its group runs them in (:func:`~stratopt.planning.simulation.rank_order`).
 
     >>> flight("1f1b", 0, 4, 8), flight("1f1b", 3, 4, 8), flight("gpipe", 3, 4, 8)
     (4, 1, 8)
+    >>> tuple(flight("interleaved", k, 4, 4, 2) for k in range(4))
+    (4, 3, 2, 1)
     """
+    if chunks > 1:
+        groups = stages // chunks
+        return in_flight(rank_order(k % groups, groups, chunks, microbatches, "interleaved"))[k]
     return microbatches if schedule == "gpipe" else min(stages - k, microbatches)
 
 
@@ -354,10 +376,15 @@ def _search(
         raise ModelError(f"{stages} stages do not split {p} devices into whole groups of a node or of nodes")
     if stages is not None and stages > units:
         raise ModelError(f"{graph.name}: {stages} stages asked, but only {units} runs of blocks can be cut")
+    if schedule == "interleaved" and stages is not None and 2 * stages > units:  # auto: 1F1B is left
+        raise ModelError(
+            f"{graph.name}: the interleaved schedule runs two stages or more per device group; "
+            f"{2 * stages} stages asked, but only {units} runs of blocks can be cut"
+        )
     counts = [c for c in counts if c <= m]  # PyTorch's schedules run at least a micro-batch per stage
     modes = {"auto": (False, True), "none": (False,), "full": (True,)}[recompute]
     best: RunnablePipeline | None = None
-    for count in counts:
+    for count, chunks, kind in _shapes(counts, units, m, schedule):
         d = p // count
         for shape in mesh_shapes(d, min(d, where.gpus_per_node)):
             if mesh is not None and tuple(mesh) != shape:
@@ -371,25 +398,27 @@ def _search(
                 for (i, j, _), t in table.items():
                     times[i, j] = t if t < FORBIDDEN / 2 else np.inf
 
-                def moves(i: int, k: int, d: int = d, dp: int = shape[0]) -> float:
-                    return transfer_time(crossing_bytes(graph, cuts[i]) / dp, k * d, where)
+                def moves(i: int, k: int, d: int = d, dp: int = shape[0], count: int = count) -> float:
+                    return _transfer(crossing_bytes(graph, cuts[i]) / dp, k, count, d, where)
 
-                layout = best_layout(times, moves, count, m)
+                # interleaved: the cuts balance the count x chunks stages (the bottleneck taken once
+                # per micro-batch and chunk); the estimate is the interleaved schedule's
+                layout = best_layout(times, moves, count * chunks, m * chunks)
                 if layout is None:
                     continue
                 found = _fitted(
-                    graph, costs, cuts, layout[1], d, shape, again, recompute, m, schedule, limit, where, say
+                    graph, costs, cuts, layout[1], d, shape, again, recompute, m, kind, limit, where, say, chunks
                 )
+                what = f"{count} stages{f' of {chunks} chunks' if chunks > 1 else ''} on {shape[0]} x {shape[1]}"
+                what += " (checkpointed)" if again else ""
                 if found is None:
-                    say(f"{count} stages on {shape[0]} x {shape[1]}{' (checkpointed)' if again else ''}: nothing fits")
+                    say(f"{what}: nothing fits")
                     continue
                 stage_list, transfers = found
                 names = tuple(tuple(b.module for b in chain if s.start <= min(b.ops) < s.end) for s in stage_list)
-                plan = PipelinePlan(tuple(stage_list), tuple(transfers), m, p, layout[0])
-                run = RunnablePipeline(graph, plan, shape, schedule, names, where)
-                say(
-                    f"{count} stages on {shape[0]} x {shape[1]}{' (checkpointed)' if again else ''}: {run.estimate:,.1f} us"
-                )
+                plan = PipelinePlan(tuple(stage_list), tuple(transfers), m, p, layout[0], chunks)
+                run = RunnablePipeline(graph, plan, shape, kind, names, where)
+                say(f"{what}: {run.estimate:,.1f} us")
                 if best is None or run.estimate < best.estimate:
                     best = run
     return best
@@ -409,30 +438,57 @@ def _fitted(
     limit: float,
     where: Cluster,
     say: Callable[[str], None],
+    chunks: int = 1,
 ) -> tuple[list[Stage], list[float]] | None:
     """The layout's stages, each with the fastest strategy that fits with its micro-batches in flight
-    (checkpointing its blocks where that does not fit and ``recompute`` allows), and the transfers."""
+    (checkpointing its blocks where that does not fit and ``recompute`` allows), and the transfers.
+    With ``chunks`` stages per device group, each stage fits its share of the memory."""
     out: list[Stage] = []
     transfers: list[float] = []
     count = len(layout) - 1
     for k in range(count):
         i, j = layout[k], layout[k + 1]
-        f = flight(schedule, k, count, m)
+        f = flight(schedule, k, count, m, chunks)
         _, assignment = costs.fastest(i, j, d)
         stage = Stage(cuts[i], cuts[j], d, 0.0, assignment, again)
         tries = [again] if again or recompute == "none" else [False, True]
         fitted = None
         for checkpoint in tries:
             trial = dataclasses.replace(stage, recompute=checkpoint)
-            fitted = _fit(graph, trial, where.machine, mesh, m, f, limit, say)
+            fitted = _fit(graph, trial, where.machine, mesh, m, f, limit / chunks, say)
             if fitted is not None:
                 break
         if fitted is None:
             return None
         out.append(fitted)
         if k < count - 1:
-            transfers.append(transfer_time(crossing_bytes(graph, cuts[j]) / mesh[0], (k + 1) * d, where))
+            transfers.append(_transfer(crossing_bytes(graph, cuts[j]) / mesh[0], k + 1, count // chunks, d, where))
     return out, transfers
+
+
+def _shapes(counts: list[int], units: int, m: int, schedule: str) -> list[tuple[int, int, str]]:
+    """(device groups, stages per group, schedule) to try: one stage per group, or for the interleaved
+    schedule every count from two to :data:`MAX_CHUNKS` stages per group the blocks allow (PyTorch runs its
+    micro-batches in rounds of about one per group: a count it cannot split into rounds is left out);
+    ``auto``: 1F1B and interleaved both."""
+    if schedule not in ("interleaved", "auto"):
+        return [(c, 1, schedule) for c in counts]
+    out = [(c, 1, "1f1b") for c in counts] if schedule == "auto" else []
+    for c in counts:
+        rounds = max(1, m // c)
+        if m % rounds:
+            continue
+        out += [(c, v, "interleaved") for v in range(2, min(MAX_CHUNKS, units // c) + 1)]
+    return out
+
+
+def _transfer(nbytes: float, k: int, groups: int, d: int, where: Cluster) -> float:
+    """The transfer into stage ``k`` (on device group ``k % groups`` of ``d`` devices each): across
+    the network where the groups before it fill whole nodes, or where it wraps from the last group
+    to the first and the pipeline spans more than a node."""
+    if k % groups:
+        return transfer_time(nbytes, (k % groups) * d, where)
+    return transfer_time(nbytes, 0, where, crosses=groups * d > where.gpus_per_node)
 
 
 def _fit(

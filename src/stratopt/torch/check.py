@@ -303,18 +303,21 @@ def _product_rows(plan: ExportedPlan, work: dict[str, dict[str, dict[str, int]]]
 
 
 def _transfer_rows(plan: ExportedPlan, found: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per stage, the pipeline's sends and receives of activations and their gradients (count by
-    bytes) against the plan's: a micro-batch's tensor across each of its boundaries, each way."""
+    """Per stage (device group), the pipeline's sends and receives of activations and their gradients
+    (count by bytes) against the plan's: a micro-batch's tensor across each boundary of each of the
+    group's stages, each way."""
     if plan.pipeline is None or plan.mesh is None:
         return []
     m = int(plan.pipeline["microbatches"])
     per = [int(b["elements"]) * found["element"] // plan.mesh[0] for b in plan.pipeline["boundaries"]]
     rows = []
+    groups = plan.stages
     for k, seen in enumerate(found["transfers"]):
         planned: Counter[str] = Counter()
-        for near in ([per[k]] if k < len(per) else []) + ([per[k - 1]] if k > 0 else []):
-            for kind in ("send", "recv"):
-                planned[f"{kind} {near} B"] += m
+        for j in range(k, len(per) + 1, groups):  # the group's stages (several: interleaved)
+            for near in ([per[j]] if j < len(per) else []) + ([per[j - 1]] if j > 0 else []):
+                for kind in ("send", "recv"):
+                    planned[f"{kind} {near} B"] += m
         counted = {key: n for key, n in seen.items() if key in planned}
         rows.append({"stage": k, "planned": dict(planned), "counted": counted, "match": counted == dict(planned)})
     return rows

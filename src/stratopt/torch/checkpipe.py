@@ -37,19 +37,19 @@ def staged_case(
     staged = pipeline_stage(model, plan, prefetch=False)
     local = staged.done.local_batch(inputs)
     rows = torch.arange(next(t for t in local if isinstance(t, torch.Tensor) and t.dim()).shape[0])
-    param_bytes = sum(local_part(p).numel() * p.element_size() for p in model.parameters())
+    param_bytes = sum(local_part(p).numel() * p.element_size() for p in staged.parameters())
     # The first step also finds the shapes the stages exchange (running a forward to do so): a step
     # before the one checked, its gradients dropped.
     staged.step(local, rows)
-    model.zero_grad(set_to_none=True)
+    staged.zero_grad()
     moved: Counter[tuple[str, int]] = Counter()
-    with CollectiveRecorder(model) as recorder, count_transfers(moved):
+    with CollectiveRecorder(staged.models) as recorder, count_transfers(moved):
         value = staged.step(local, rows)
     coordinate = [int(x) for x in staged.mesh.get_coordinate()]
     speaks = coordinate[1:] == [0, 0]  # one rank of each stage reports it
     total = torch.tensor([value if value is not None and coordinate[2] == 0 else 0.0], dtype=torch.float64)
     dist.all_reduce(total)
-    grads = {n: full(p.grad).detach() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: full(p.grad).detach() for n, p in staged.named_parameters() if p.grad is not None}
     report = None
     if speaks:
         seen = {f"{kind} {size} B": n for (kind, size), n in sorted(moved.items())}

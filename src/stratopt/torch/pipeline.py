@@ -225,37 +225,61 @@ def cut_model(model: Any, plan: ExportedPlan, stage: int) -> Any:
 
 @dataclass
 class Staged:
-    """What :func:`pipeline_stage` did on this rank: the ``pp x dp x tp`` mesh, the stage it runs
-    (``stage`` of ``stages``), the stage module and its layout (:class:`Parallelized`), and the
+    """What :func:`pipeline_stage` did on this rank: the ``pp x dp x tp`` mesh, the device group it is
+    (``stage`` of ``stages`` along the pipeline), the stages it runs (``indices`` of ``count``: one,
+    or ``chunks`` under the interleaved schedule), each stage's cut model (``models``, the user's
+    model first), stage module (``modules``) and layout (``dones``: :class:`Parallelized`), and the
     schedule. Feed it :meth:`step`."""
 
     mesh: Any
     stage: int
     stages: int
-    module: Any
-    done: Parallelized
+    models: list[Any]
+    modules: list[Any]
+    dones: list[Parallelized]
+    indices: list[int]
+    count: int
     schedule: Any
     microbatches: int
 
     @property
+    def module(self) -> Any:
+        return self.modules[0]
+
+    @property
+    def done(self) -> Parallelized:
+        return self.dones[0]
+
+    @property
     def first(self) -> bool:
-        return self.stage == 0
+        return self.indices[0] == 0
 
     @property
     def last(self) -> bool:
-        return self.stage == self.stages - 1
+        return self.indices[-1] == self.count - 1
 
     @property
     def dp(self) -> int:
         return self.done.dp
 
+    def parameters(self) -> list[Any]:
+        """Every parameter of this rank's stages (a stage's copy of the model holds only its own)."""
+        return [p for model in self.models for p in model.parameters()]
+
+    def named_parameters(self) -> list[tuple[str, Any]]:
+        return [pair for model in self.models for pair in model.named_parameters()]
+
+    def zero_grad(self) -> None:
+        for model in self.models:
+            model.zero_grad(set_to_none=True)
+
     def step(self, inputs: tuple[Any, ...], rows: Any) -> float | None:
         """One step on this rank's data-parallel part ``inputs`` (every stage gets them: shapes for
         what the model computes without weights); ``rows``: their rows' places in the whole batch,
-        which the loss reads its weights at. Returns the loss of this part on the last stage (the
-        mean over its micro-batches), None elsewhere."""
+        which the loss reads its weights at. Returns the loss of this part on the last stage's rank
+        (the mean over its micro-batches), None elsewhere."""
         args = inputs if self.first else ()  # the first stage reads the inputs, the others take them as shapes
-        named = {} if self.first else {f"input{i}": t for i, t in enumerate(inputs)}
+        named = {f"input{i}": t for i, t in enumerate(inputs)} if len(self.indices) > 1 or not self.first else {}
         if self.last:
             losses: list[Any] = []
             self.schedule.step(*args, target=rows, losses=losses, **named)
@@ -265,54 +289,55 @@ class Staged:
 
 
 def pipeline_stage(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = True) -> Staged:
-    """This rank's stage of ``plan``'s pipeline (an exported plan with a ``pipeline`` section, or its
-    path): ``model`` cut to the stage (:func:`cut_model`), laid out on its ``dp x tp`` part of the
-    ``pp x dp x tp`` ``mesh`` (default: one made on the process group) by
-    :func:`~stratopt.torch.apply.parallelize`, and the plan's schedule (1F1B or GPipe) over its
-    micro-batches, with the loss :func:`~stratopt.torch.check.loss_of` takes."""
+    """This rank's stages of ``plan``'s pipeline (an exported plan with a ``pipeline`` section, or its
+    path): ``model`` cut to the stage (:func:`cut_model`; under the interleaved schedule a copy of it
+    for each further stage the rank runs, made before the cut), laid out on its ``dp x tp`` part of
+    the ``pp x dp x tp`` ``mesh`` (default: one made on the process group) by
+    :func:`~stratopt.torch.apply.parallelize`, and the plan's schedule (1F1B, GPipe or interleaved
+    1F1B) over its micro-batches, with the loss :func:`~stratopt.torch.check.loss_of` takes."""
     torch = _torch()
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     exported = plan_of(plan)
     if exported.pipeline is None or exported.mesh is None:
         raise ModelError("the plan has no pipeline stages (made with plan --stages N --expressible torch?)")
     dp, tp = exported.mesh
-    count = exported.stages
+    groups, chunks = exported.stages, exported.chunks
+    count = groups * chunks
     if not dist.is_initialized():
         raise ModelError("a pipeline stage needs an initialised process group (torch.distributed.init_process_group)")
     if mesh is None:
-        if dist.get_world_size() != count * dp * tp:
+        if dist.get_world_size() != groups * dp * tp:
             raise ModelError(
-                f"the plan runs on {count} stages of {dp} x {tp} = {count * dp * tp} processes, not {dist.get_world_size()}"
+                f"the plan runs on {groups} stages of {dp} x {tp} = {groups * dp * tp} processes, not {dist.get_world_size()}"
             )
         kind = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        mesh = init_device_mesh(kind, (count, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-    stage = int(mesh.get_coordinate()[0])
-    section = exported.pipeline["stages"][stage]
-    mine = set(section["modules"])
-    own = dataclasses.replace(
-        exported,
-        modules={n: e for n, e in exported.modules.items() if n in mine},
-        recompute=tuple(section["recompute"]),
-        pipeline=None,
-    )
-    module = cut_model(model, exported, stage)
-    done = parallelize(model, own, mesh["dp", "tp"], prefetch=prefetch)
+        mesh = init_device_mesh(kind, (groups, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+    rank = int(mesh.get_coordinate()[0])
+    indices = [rank + i * groups for i in range(chunks)]
     m = int(exported.pipeline["microbatches"])
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-    class SyncOnce(PipelineStage):  # type: ignore[misc, valid-type]
-        """Gradients reduced over the data-parallel replicas in the last micro-batch's backward only."""
-
-        def backward_maybe_with_nosync(self, backward_type: Any, bwd_kwargs: dict, last_backward: bool = False) -> Any:
-            done.sync[0] = last_backward
-            if hasattr(model, "set_requires_gradient_sync"):
-                model.set_requires_gradient_sync(last_backward)
-            return super().backward_maybe_with_nosync(backward_type, bwd_kwargs, last_backward)
-
-    runner = SyncOnce(module, stage, count, device, group=mesh.get_group("pp"))
+    # the copies first, from the whole model, one at a time (each cut at once: at most two models whole)
+    models: list[Any] = [None] * chunks
+    for i in reversed(range(chunks)):
+        models[i] = copy.deepcopy(model) if i else model
+        models[i] = (models[i], cut_model(models[i], exported, indices[i]))
+    modules, dones, runners = [], [], []
+    for (own_model, module), j in zip(models, indices, strict=True):
+        section = exported.pipeline["stages"][j]
+        mine = set(section["modules"])
+        own = dataclasses.replace(
+            exported,
+            modules={n: e for n, e in exported.modules.items() if n in mine},
+            recompute=tuple(section["recompute"]),
+            pipeline=None,
+        )
+        done = parallelize(own_model, own, mesh["dp", "tp"], prefetch=prefetch)
+        runners.append(_sync_once(PipelineStage, own_model, done)(module, j, count, device, group=mesh.get_group("pp")))
+        modules.append(module)
+        dones.append(done)
     part = int(mesh.get_coordinate()[1])
 
     def loss(out: Any, rows: Any) -> Any:
@@ -321,9 +346,28 @@ def pipeline_stage(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = 
         weights = loss_weights(whole, 1, 0, out.dtype, out.device)
         return (out * weights[rows + part * per_part]).mean() / m
 
-    schedules: dict[str, Any] = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}
-    schedule = schedules[exported.pipeline["schedule"]](runner, m, loss_fn=loss, scale_grads=False)
-    return Staged(mesh, stage, count, module, done, schedule, m)
+    kind = exported.pipeline["schedule"]
+    if kind == "interleaved":
+        schedule = ScheduleInterleaved1F1B(runners, m, loss_fn=loss, scale_grads=False)
+    else:
+        schedules: dict[str, Any] = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}
+        schedule = schedules[kind](runners[0], m, loss_fn=loss, scale_grads=False)
+    cut = [pair[0] for pair in models]
+    return Staged(mesh, rank, groups, cut, modules, dones, indices, count, schedule, m)
+
+
+def _sync_once(base: Any, model: Any, done: Parallelized) -> Any:
+    """``base`` (``PipelineStage``) whose stage reduces its gradients over the data-parallel replicas
+    in the last micro-batch's backward only."""
+
+    class SyncOnce(base):  # type: ignore[misc, valid-type]
+        def backward_maybe_with_nosync(self, backward_type: Any, bwd_kwargs: dict, last_backward: bool = False) -> Any:
+            done.sync[0] = last_backward
+            if hasattr(model, "set_requires_gradient_sync"):
+                model.set_requires_gradient_sync(last_backward)
+            return super().backward_maybe_with_nosync(backward_type, bwd_kwargs, last_backward)
+
+    return SyncOnce
 
 
 @contextmanager

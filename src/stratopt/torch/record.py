@@ -58,12 +58,13 @@ class _Restore:
 
 
 class CollectiveRecorder:
-    """Use as ``with CollectiveRecorder(model) as rec: loss = f(model(x)); loss.backward()``; then
+    """Use as ``with CollectiveRecorder(model) as rec: loss = f(model(x)); loss.backward()`` (or a list
+    of models: a pipeline rank's stages); then
     ``rec.counts[(module, "forward" | "backward" | "recompute")]`` is a Counter of collective kinds (module ``""``:
     outside every module of ``model``)."""
 
     def __init__(self, model: Any) -> None:
-        self.model = model
+        self.models = list(model) if isinstance(model, list | tuple) else [model]  # several: a rank's stages
         self.counts: dict[tuple[str, str], Counter[str]] = {}
         self.stack: list[tuple[str, bool]] = []
         self.runs: Counter[tuple[str, str]] = Counter()
@@ -112,7 +113,7 @@ class CollectiveRecorder:
                     recorder._computed(func)
                 return func(*args, **(kwargs or {}))
 
-        for name, module in self.model.named_modules():
+        for name, module in (pair for model in self.models for pair in model.named_modules()):
             self.handles.append(module.register_forward_pre_hook(self._enter(name, torch), prepend=True))
             # after DTensor's output re-layout (the module's own), before FSDP's hook on the same
             # output, whose gradient hook gathers the weights at the start of the module's backward

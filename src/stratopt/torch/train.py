@@ -191,7 +191,7 @@ def _steps(rank: int, world: int, payload: tuple[str, dict[str, Any], int, int, 
     exported = plan_from_dict(data)
     staged = pipeline_stage(model, exported) if exported.pipeline is not None else None
     done = staged.done if staged is not None else parallelize(model, exported)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(staged.parameters() if staged is not None else model.parameters(), lr=lr)
     part = int(done.mesh.get_coordinate()[0])
     losses, seconds = [], []
     for step in range(steps):
