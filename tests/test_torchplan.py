@@ -536,6 +536,7 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     pytest.importorskip("transformers")
     from stratopt.planning import plan
     from stratopt.planning.pairs import handed_on
+    from stratopt.planning.torchplan import module_placements
     from stratopt.problem import evaluate
 
     result = plan("stratopt.importers.hf:llama", 1, 2, simulate=False, expressible="torch")
@@ -562,13 +563,19 @@ def test_the_pairs_dtensor_runs_as_priced() -> None:
     assert refused(tuple(rowwise)) == []
     assert refused(tuple(a)) == ["layers.0.self_attn.q_proj -> layers.0.self_attn.view"]
     assert pairs.permits(heads) and not pairs.permits(tuple(a))
-    # a product gathers no split of the width from an operator without weights: the heads' region
-    # ends at a row-parallel product, so a column-parallel output projection reading it is refused
-    gathering = list(heads)
+    # a product gathers a split of the width from an operator without weights only column-parallel
+    # (ColwiseParallel(input_layouts=Shard(-1))): the heads' region may end at a column-parallel
+    # output projection as at a row-parallel one, but not at one that runs whole
+    gathering, whole = list(heads), list(heads)
     for v, op in enumerate(costing.graph.operators):
         if op.name == "layers.0.self_attn.o_proj":
             gathering[v] = costing.problem.labels[v].index(f"{op.attrs['n'][0]}2")
-    assert any(r.endswith("-> layers.0.self_attn.o_proj") for r in refused(tuple(gathering)))
+            whole[v] = costing.problem.labels[v].index("1")
+    assert refused(tuple(gathering)) == []
+    assert any(r.endswith("-> layers.0.self_attn.o_proj") for r in refused(tuple(whole)))
+    placed = {p.module: p for p in module_placements(costing, tuple(gathering), 1, 2)}["layers.0.self_attn.o_proj"]
+    assert (placed.tp, placed.input, placed.output) == ("colwise", "shard", "replicate")
+    assert placed.collectives == {"forward": {"all_gather": 2}, "backward": {"reduce_scatter": 1}}
     forbidding = costing.problem.forbid({e: pairs.full(e) for e in pairs.allowed})
     assert evaluate(forbidding, heads).objective == evaluate(costing.problem, heads).objective
     assert not evaluate(forbidding, tuple(a)).feasible

@@ -78,9 +78,14 @@ def handed_on(costing: Any) -> Pairs:
         # output on split over the sequence, reduce-scattered or sliced, or over its last dimension
         # where it splits its input features, reduce-scattered; whether the stream or the region
         # runs is the whole layout's matter, :mod:`~stratopt.planning.sequence`)
-        if not _lays_out(ops[u]):  # (a product gathers no split of the width: that ends a split region)
-            gathers = made_seq if ops[w].op == "gemm" else made
-            ok &= ~(made[:, None] & ~taken[None, :]) | (gathers[:, None] & _lays_out(ops[w]))
+        if not _lays_out(ops[u]):  # (a product gathers a split of the width only column-parallel,
+            # ColwiseParallel(input_layouts=Shard(-1)): a split region ends there as at a row-parallel one)
+            gathers = made[:, None] & np.ones(len(taken), dtype=bool)[None, :]
+            if ops[w].op == "gemm":
+                output = ops[w].outputs[0]
+                colwise = _beyond(ops[w], output, distinct[w], batches[ops[w].name], last=True)
+                gathers = made_seq[:, None] | (made_last[:, None] & colwise[None, :])
+            ok &= ~(made[:, None] & ~taken[None, :]) | (gathers & _lays_out(ops[w]))
         if not _lays_out(ops[w]):
             scatters = taken_last[None, :] & _reduces(ops[u], distinct[u])[:, None]
             ok &= ~(~made[:, None] & taken[None, :]) | ((taken_seq[None, :] | scatters) & _lays_out(ops[u]))

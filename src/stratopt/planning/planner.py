@@ -279,6 +279,12 @@ def _torch_recompute(
     k0, total = len(recomputing), len(chain)
     best = found[0]
     best_time = math.inf if best is None else runnable_time(again, best, gpus)
+    as_is = _runs_as_is(again, relaxed, gpus, limit, pairs)  # the relaxation's answer itself, where it runs
+    if as_is is not None:
+        took = runnable_time(again, as_is, gpus)
+        say(f"the relaxation's answer runs as it is: {took:.1f} us")
+        if took < best_time:
+            best, best_time = as_is, took
     tries = [(k, True) for k in sorted({max(k0, 1), (max(k0, 1) + total + 1) // 2, total})]
     for k, selective in [*tries, (total, False)]:  # and every block recomputed whole
         on = [b.module for b in chain[:k]]
@@ -299,6 +305,27 @@ def _torch_recompute(
         return again, None, "no strategy DTensor runs fits", bound
     chosen, status = _better(again, (best,), bound)
     return again, chosen, status, bound
+
+
+def _runs_as_is(costing: Any, assignment: tuple[int, ...], gpus: int, limit: float, pairs: Pairs) -> Any:
+    """``assignment`` (a relaxation's answer: recomputation per operator, operators PyTorch would run
+    whole left split) as PyTorch runs it (:func:`~stratopt.planning.torchplan.as_run`), where that
+    runs as it is (:func:`~stratopt.planning.again.unsplit` has nothing to change), keeps to the
+    pairs DTensor runs as priced, recomputes only as checkpointed blocks do and fits ``limit``;
+    else None."""
+    mesh = find_mesh(costing, assignment, gpus)
+    if isinstance(mesh, str):
+        return None
+    with contextlib.suppress(ModelError):  # (a layout no module placement takes: not as it is)
+        ran = as_run(costing, assignment, *mesh)
+        if (
+            unsplit(costing, [], ran, *mesh) is None
+            and pairs.permits(ran)
+            and not isinstance(checkpointed(costing, ran), str)
+            and strategy_memory(costing, ran) <= limit
+        ):
+            return ran
+    return None
 
 
 def _torch_search(

@@ -1,5 +1,6 @@
 """Split regions: where the activations between a module that splits its output features (or
 reduce-scatters its partial sums over their last dimension) and the row-parallel modules it feeds
+(or column-parallel ones that gather what they read, ``ColwiseParallel(input_layouts=Shard(-1))``)
 stay split over the tensor-parallel devices, as Megatron keeps them
 (:func:`split_regions`; :mod:`~stratopt.planning.torchplan` lays plans out with them)."""
 
@@ -68,6 +69,8 @@ def split_regions(
         while todo:
             u = todo.pop()
             for w, e in out_edges.get(u, []):
+                if styles[w] == "colwise" and u != v and _holds_split(u):
+                    continue  # a column-parallel module gathers the split it reads (the edge prices it)
                 if cost(e, u, w) > 0.0 and not (u == v and styles[v] == "rowwise"):
                     return None
                 if styles[w] == "rowwise":
@@ -80,6 +83,12 @@ def split_regions(
                     seen.add(w)
                     todo.append(w)
         return seen
+
+    def _holds_split(u: int) -> bool:
+        """Whether operator ``u`` (inside a region) splits its output's last dimension beyond the batch."""
+        config = config_of(costing, u, assignment[u])
+        last = ops[u].outputs[0].dims[-1]
+        return any(config.get(a, 1) > 1 and a not in batches[ops[u].name] for a in last)
 
     regions = {}
     for v in styles:

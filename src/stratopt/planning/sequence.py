@@ -10,8 +10,9 @@ token, the statistics all-reduced over the group). Operators without weights may
 split between them (the residual additions) when every tensor they read comes from such an
 operator, from a stream norm, or from a module that hands its output on split that way: a
 row-parallel product or a vocabulary-split embedding reduce-scatter their partial sums
-(``RowwiseParallel`` with ``output_layouts=Shard(d)``), an embedding split over the width hands
-its split of the width on as it is, a module whose output is whole takes its device's slice. A
+(``RowwiseParallel`` with ``output_layouts=Shard(d)``), a column-parallel module (an embedding
+split over the width, a product over its output features) hands its split of the width on as it
+is, a module whose output is whole takes its device's slice. A
 module whose first operator is a view without weights (Hugging Face's ``Conv1D`` flattens its
 input) reads through it. Every reader must be another of them, a stream norm, a module that reads the
 tensor whole, which gathers it (``ColwiseParallel`` with ``input_layouts=Shard(d)``; a whole
@@ -152,8 +153,8 @@ def sequence_layouts(
 
     def hands_on(u: int, d: int | None) -> bool:
         """Whether module ``u`` may hand its output on split along ``d``: reduce-scattered or sliced,
-        or, an embedding split over its width, as it is."""
-        width = styles[u] == "colwise" and bool(ops[u].attrs.get("lookup")) and d == -1
+        or, split over its output features (an embedding over its width), as it is."""
+        width = styles[u] == "colwise" and d == -1
         return d is not None and (style(u) in _HANDS_ON or width)
 
     def whole_module(w: int, e: int, d: int | None, source: int) -> bool:
@@ -261,7 +262,7 @@ def sequenced(placement: Any, taken: int | None, made: int | None, *, fused: boo
             if placement.tp in ("rowwise", "vocab"):
                 add(forward, "all_reduce", -1)
                 add(forward, "reduce_scatter", 1)
-            if placement.tp == "colwise":  # an embedding split over the width hands its split on as it is
+            if placement.tp == "colwise":  # a column-parallel module hands its split of the width on as it is
                 add(forward, "all_gather", -1)
             else:
                 add(backward, "all_gather", 1)

@@ -267,7 +267,7 @@ def module_placements(
             for w, _ in out_edges.get(todo.pop(), []):
                 if w not in seen:
                     seen.add(w)
-                    (reaches.add if styles[w] == "rowwise" else todo.append)(w)
+                    (reaches.add if styles[w] in ("rowwise", "colwise") else todo.append)(w)
     # a tied weight (an output projection reading the embedding's table) is sharded with its owner
     owned = {
         n: costing.sharding_mode(u, assignment[u]) if dp > 1 else "" for u, op in enumerate(ops) for n in _params(op)
@@ -490,12 +490,12 @@ def _placement(
     if kind == "expert-dp":  # the counts, the tokens sent and their results returned; their gradients
         forward["all_to_all"], backward["all_to_all"] = 3, 2
         fsdp, reshard = False, True  # its experts are on one data-parallel group each: nothing to shard or reduce
-    if kind == "colwise" and not op.attrs.get("lookup") and reads_data:
-        backward["all_reduce"] = 1
+    if kind == "colwise" and not op.attrs.get("lookup") and reads_data:  # a split input: gathered,
+        backward["reduce_scatter" if split_in else "all_reduce"] = 1  # its gradient reduce-scattered
     if kind == "rowwise" and not split_in and reads_data:  # a whole input split here: its gradient gathered back
         backward["all_gather"] = backward.get("all_gather", 0) + 1
-    if kind == "colwise" and not split_out:  # ColwiseParallel hands on a whole output: it gathers
-        forward["all_gather"] = 1
+    if kind == "colwise" and (split_in or not split_out):  # and ColwiseParallel gathers a whole output
+        forward["all_gather"] = int(split_in) + int(not split_out)
     if fsdp and not tied:  # a tied weight's gathers and reduction are its owner's
         forward["all_gather"] = forward.get("all_gather", 0) + 1
         if reshard:

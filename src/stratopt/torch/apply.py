@@ -109,13 +109,16 @@ def _styles(torch: Any, name: str, module: Any, entry: dict[str, Any]) -> Any:
         if kind == "colwise":  # (its split handed on as it is to a stream split over the width)
             return ColwiseParallel(output_layouts=out, use_local_output=entry.get("output") != "sequence")
     elif isinstance(module, nn.Linear):
-        if kind == "colwise":
-            return ColwiseParallel(input_layouts=into, output_layouts=out)
+        if kind == "colwise":  # (its split of the width handed on as it is to a stream split so: a DTensor)
+            return ColwiseParallel(
+                input_layouts=into, output_layouts=out, use_local_output=entry.get("output") != "sequence"
+            )
         if kind == "rowwise":
             return RowwiseParallel(input_layouts=into, **summed)
     elif _module_class(module) == "Conv1D" and getattr(module, "weight", None) is not None:
         if kind == "colwise":
-            return _conv1d(ColwiseParallel, input_layouts=into, output_layouts=out)
+            local = entry.get("output") != "sequence"
+            return _conv1d(ColwiseParallel, input_layouts=into, output_layouts=out, use_local_output=local)
         if kind == "rowwise":
             return _conv1d(RowwiseParallel, input_layouts=into, **summed)
     raise ModelError(f"module {name!r} ({_module_class(module)}): DTensor has no {kind} style for it")
