@@ -416,3 +416,35 @@ def test_a_decoder_shape_is_confined_by_its_layer_names() -> None:
     for v, node in enumerate(costing.node_costs()):
         again = np.asarray(costing.recomputed[v], dtype=bool)
         assert np.all(node[again] < FORBIDDEN) == (v in inner), graph.operators[v].name
+
+
+def test_a_relaxed_answer_is_moved_into_the_blocks_and_fitted(llama_graph) -> None:
+    """``_repaired`` moves a strategy into what checkpointed blocks allow by twins only (the same
+    split, outputs kept or recomputed), then recomputes kept outputs until it fits: every operator
+    ends in the mask, within the limit, each change a twin; a limit nothing meets gives None. And a
+    plan that takes such an answer (``the relaxation's answer runs as it is``) runs as priced."""
+    from stratopt.planning.cluster import price
+    from stratopt.planning.memory import strategy_memory
+    from stratopt.planning.planner import _repaired
+
+    free = plan(llama_graph, 1, 2, simulate=False, expressible="torch", recompute="none")
+    costing = price(llama_graph, 2, free.cluster.machine, recompute=True)
+    kept_all = free.plan.assignment  # the first half of the configurations keeps: the same indices
+    assert not any(costing.is_recomputed(v, c) for v, c in enumerate(kept_all))
+    found = blocks(llama_graph)
+    mask = allowed(costing, [b.module for b in found], found, selective=True)
+    assert not all(m[c] for m, c in zip(mask, kept_all, strict=True))  # the blocks' other operators recompute
+    changed = []
+    for share in (1.0, 0.7):  # moved into the mask alone it needs 71% of the memory; at 70%, more recomputes
+        limit = share * strategy_memory(costing, kept_all)
+        fixed = _repaired(costing, kept_all, mask, limit)
+        assert fixed is not None, share
+        assert all(m[c] for m, c in zip(mask, fixed, strict=True)) and strategy_memory(costing, fixed) <= limit
+        for v, (c, d) in enumerate(zip(kept_all, fixed, strict=True)):
+            assert c == d or (d - c == len(costing.configs[v]) // 2 and costing.is_recomputed(v, d)), v
+        changed.append(sum(c != d for c, d in zip(kept_all, fixed, strict=True)))
+    assert changed[1] > changed[0]
+    assert _repaired(costing, kept_all, mask, 0.0) is None
+    tight = plan(llama_graph, 1, 2, simulate=False, expressible="torch", memory_gb=0.35 * free.plan.memory / 1e9)
+    assert tight.plan.fits and not isinstance(find_mesh(tight.costing, tight.plan.assignment, 2), str)
+    assert not isinstance(checkpointed(tight.costing, tight.plan.assignment), str)

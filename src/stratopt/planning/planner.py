@@ -258,7 +258,9 @@ def _torch_recompute(
     (how many blocks the per-operator relaxation recomputes in, half way from there to all, all),
     each answer then giving as many blocks their outputs back as the memory left holds; the
     cheapest that fits wins, every block recomputed whole among them (the fused attention
-    recomputed too). The bound is the relaxation's (recomputation per operator: a superset).
+    recomputed too), and the relaxation's own answer where, moved into what checkpointing every
+    block selectively allows and fitted, it runs as it is (:func:`_runs_as_is`). The bound is the
+    relaxation's (recomputation per operator: a superset).
     ``held``: the costing without recomputation and its :func:`~stratopt.planning.pairs.handed_on`,
     emptied here once the costing with recomputation is priced (the plan's assignment, if any, is
     the same in its first half of the configurations)."""
@@ -279,8 +281,9 @@ def _torch_recompute(
     k0, total = len(recomputing), len(chain)
     best = found[0]
     best_time = math.inf if best is None else runnable_time(again, best, gpus)
-    as_is = _runs_as_is(again, relaxed, gpus, limit, pairs)  # the relaxation's answer itself, where it runs
-    if as_is is not None:
+    whole = allowed(again, [b.module for b in chain], chain, selective=True)  # every block, selectively
+    as_is = _runs_as_is(again, relaxed, gpus, limit, pairs, whole)
+    if as_is is not None:  # the relaxation's answer itself (moved into the mask), where it runs
         took = runnable_time(again, as_is, gpus)
         say(f"the relaxation's answer runs as it is: {took:.1f} us")
         if took < best_time:
@@ -307,24 +310,61 @@ def _torch_recompute(
     return again, chosen, status, bound
 
 
-def _runs_as_is(costing: Any, assignment: tuple[int, ...], gpus: int, limit: float, pairs: Pairs) -> Any:
+def _repaired(costing: Any, assignment: tuple[int, ...], mask: list[np.ndarray], limit: float) -> Any:
+    """``assignment`` moved into ``mask`` (per operator, the configurations a plan that runs may take):
+    an operator outside it takes its twin (the same split, its outputs kept instead of recomputed or
+    the other way: the costing's second half of configurations recomputes the first's); then, while
+    it needs more than ``limit`` bytes, the kept output whose recomputation costs least time per
+    byte it frees is recomputed. None where no twin is allowed or it cannot be made to fit."""
+    nodes = costing.node_costs()
+    memory = [np.asarray(vc.memory, dtype=np.float64) for vc in costing.vertex_costs]
+
+    def twin(v: int, c: int) -> int:
+        half = len(costing.configs[v]) // 2
+        return c - half if c >= half else c + half
+
+    out = list(assignment)
+    for v, c in enumerate(out):
+        if not mask[v][c]:
+            if not costing.recomputed or not mask[v][twin(v, c)]:
+                return None
+            out[v] = twin(v, c)
+    used = sum(float(memory[v][c]) for v, c in enumerate(out))
+    options = []
+    for v, c in enumerate(out):
+        t = twin(v, c) if costing.recomputed else c
+        freed = float(memory[v][c] - memory[v][t])
+        if used > limit and mask[v][t] and costing.is_recomputed(v, t) and freed > 0:
+            options.append((float(nodes[v][t] - nodes[v][c]) / freed, v, t, freed))
+    for _, v, t, freed in sorted(options):
+        if used <= limit:
+            break
+        out[v], used = t, used - freed
+    return tuple(out) if used <= limit else None
+
+
+def _runs_as_is(
+    costing: Any, assignment: tuple[int, ...], gpus: int, limit: float, pairs: Pairs, mask: list[np.ndarray]
+) -> Any:
     """``assignment`` (a relaxation's answer: recomputation per operator, operators PyTorch would run
-    whole left split) as PyTorch runs it (:func:`~stratopt.planning.torchplan.as_run`), where that
-    runs as it is (:func:`~stratopt.planning.again.unsplit` has nothing to change), keeps to the
-    pairs DTensor runs as priced, recomputes only as checkpointed blocks do and fits ``limit``;
-    else None."""
-    mesh = find_mesh(costing, assignment, gpus)
-    if isinstance(mesh, str):
-        return None
-    with contextlib.suppress(ModelError):  # (a layout no module placement takes: not as it is)
-        ran = as_run(costing, assignment, *mesh)
-        if (
-            unsplit(costing, [], ran, *mesh) is None
-            and pairs.permits(ran)
-            and not isinstance(checkpointed(costing, ran), str)
-            and strategy_memory(costing, ran) <= limit
-        ):
-            return ran
+    whole left split) moved into ``mask`` and fitted (:func:`_repaired`) and as PyTorch runs it
+    (:func:`~stratopt.planning.torchplan.as_run`; fitted again where that moves it), where that runs
+    as it is (:func:`~stratopt.planning.again.unsplit` has nothing to change), keeps to the pairs
+    DTensor runs as priced and recomputes only as checkpointed blocks do; else None."""
+    for _ in range(AS_RUN_ROUNDS):
+        fixed = _repaired(costing, assignment, mask, limit)
+        mesh = None if fixed is None else find_mesh(costing, fixed, gpus)
+        if fixed is None or mesh is None or isinstance(mesh, str):
+            return None
+        try:
+            ran = as_run(costing, fixed, *mesh)
+        except ModelError:  # (a layout no module placement takes: not as it is)
+            return None
+        if ran != fixed:
+            assignment = ran
+            continue
+        runs = unsplit(costing, [], ran, *mesh) is None and pairs.permits(ran)
+        return ran if runs and not isinstance(checkpointed(costing, ran), str) else None
     return None
 
 
