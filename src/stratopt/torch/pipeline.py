@@ -320,12 +320,12 @@ def pipeline_stage(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = 
     m = int(exported.pipeline["microbatches"])
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     # the copies first, from the whole model, one at a time (each cut at once: at most two models whole)
-    models: list[Any] = [None] * chunks
+    cut: list[tuple[Any, Any]] = []  # each stage's model and stage module
     for i in reversed(range(chunks)):
-        models[i] = copy.deepcopy(model) if i else model
-        models[i] = (models[i], cut_model(models[i], exported, indices[i]))
+        whole = copy.deepcopy(model) if i else model
+        cut.insert(0, (whole, cut_model(whole, exported, indices[i])))
     modules, dones, runners = [], [], []
-    for (own_model, module), j in zip(models, indices, strict=True):
+    for (own_model, module), j in zip(cut, indices, strict=True):
         section = exported.pipeline["stages"][j]
         mine = set(section["modules"])
         own = dataclasses.replace(
@@ -352,8 +352,7 @@ def pipeline_stage(model: Any, plan: Any, mesh: Any = None, *, prefetch: bool = 
     else:
         schedules: dict[str, Any] = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}
         schedule = schedules[kind](runners[0], m, loss_fn=loss, scale_grads=False)
-    cut = [pair[0] for pair in models]
-    return Staged(mesh, rank, groups, cut, modules, dones, indices, count, schedule, m)
+    return Staged(mesh, rank, groups, [pair[0] for pair in cut], modules, dones, indices, count, schedule, m)
 
 
 def _sync_once(base: Any, model: Any, done: Parallelized) -> Any:
