@@ -101,6 +101,8 @@ def test_refusals(deep: str, capsys) -> None:
     command = ["plan", deep, "--nodes", "1", "--gpus-per-node", "2", "--stages", "2", "--schedule", "interleaved"]
     assert main(command) == 2
     assert "--schedule interleaved is searched among the pipelines PyTorch runs" in capsys.readouterr().err
+    assert main(["simulate", "gpt", "-p", "8", "--stages", "2", "--schedule", "auto"]) == 2  # no such option there
+    assert "only among the pipelines PyTorch runs (plan --expressible torch)" in capsys.readouterr().err
 
 
 def test_an_interleaved_plan_runs_and_trains_as_one_process(deep: str, tmp_path, capsys) -> None:

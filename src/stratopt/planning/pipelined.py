@@ -79,7 +79,9 @@ def plan_pipeline(
 
     count = parse_stages(stages)
     if schedule in ("interleaved", "auto"):
-        raise ModelError(f"--schedule {schedule} is searched among the pipelines PyTorch runs: add --expressible torch")
+        raise ModelError(
+            f"--schedule {schedule} is searched only among the pipelines PyTorch runs (plan --expressible torch)"
+        )
     say = notes or progress or (lambda _msg: None)
     options = {"machine": machine, "stages": count, "memory_gb": memory_gb}
     tried: list[tuple[int, float]] = []
