@@ -853,3 +853,29 @@ def test_a_per_head_position_bias_splits_with_the_heads() -> None:
     placed = {p.module: p for p in module_placements(costing, run, 1, 2)}
     assert placed["encoder.block.0.layer.0.SelfAttention.q"].output == "replicate"
     assert placed[f"encoder.block.0.layer.0.SelfAttention.{table}"].output == "replicate"
+
+
+def test_a_column_parallel_product_hands_the_width_split_stream_its_slice() -> None:
+    """The 1,024-wide Llama on 1 x 2 under 60% of its free plan's memory: each output projection is
+    column-parallel, gathering the heads' split it reads (``input: shard``) and handing the stream,
+    split over its width between width norms, its own slice as it is (``output: sequence`` on the
+    last dimension: no gather forward); two gloo processes compute one process's loss and gradients
+    with every collective as priced."""
+    pytest.importorskip("transformers")
+    from stratopt.planning import plan
+    from stratopt.planning.export import ExportedPlan
+    from stratopt.torch.check import check_plans
+
+    entry = "stratopt.torch.models:llama"
+    free = plan(entry, 1, 2, simulate=False, expressible="torch")
+    tight = ExportedPlan.of(
+        plan(entry, 1, 2, simulate=False, expressible="torch", memory_gb=0.6 * free.plan.memory / 1e9)
+    )
+    projections = {n: e for n, e in tight.modules.items() if n.endswith("self_attn.o_proj")}
+    assert len(projections) == 2
+    for e in projections.values():
+        assert (e["tp"], e["input"], e["output"], e.get("sequence_dim")) == ("colwise", "shard", "sequence", -1)
+        assert e["collectives"]["forward"] == {"all_gather": 1}, e  # the input's gather only
+    assert any(e["tp"] == "width" for e in tight.modules.values())
+    (report,) = check_plans([(entry, tight)], 2, timeout=600)
+    assert report.ok, report.to_dict()["checks"]

@@ -80,7 +80,7 @@ def handed_on(costing: Any) -> Pairs:
         # runs is the whole layout's matter, :mod:`~stratopt.planning.sequence`)
         if not _lays_out(ops[u]):  # (a product gathers a split of the width only column-parallel,
             # ColwiseParallel(input_layouts=Shard(-1)): a split region ends there as at a row-parallel one)
-            gathers = made[:, None] & np.ones(len(taken), dtype=bool)[None, :]
+            gathers = made[:, None]
             if ops[w].op == "gemm":
                 output = ops[w].outputs[0]
                 colwise = _beyond(ops[w], output, distinct[w], batches[ops[w].name], last=True)

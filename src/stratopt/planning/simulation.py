@@ -143,6 +143,22 @@ def in_flight(order: list[tuple[str, int, int]]) -> dict[int, int]:
     return most
 
 
+def flight(schedule: str, k: int, stages: int, microbatches: int, chunks: int = 1) -> int:
+    """Micro-batches whose activations stage ``k`` of ``stages`` holds at once: 1F1B's
+    ``min(stages - k, M)``, GPipe's ``M``; interleaved (``chunks`` stages per device group), counted
+    from the order its group runs them in (:func:`rank_order`).
+
+    >>> flight("1f1b", 0, 4, 8), flight("1f1b", 3, 4, 8), flight("gpipe", 3, 4, 8)
+    (4, 1, 8)
+    >>> tuple(flight("interleaved", k, 4, 4, 2) for k in range(4))
+    (4, 3, 2, 1)
+    """
+    if chunks > 1:
+        groups = stages // chunks
+        return in_flight(rank_order(k % groups, groups, chunks, microbatches, "interleaved"))[k]
+    return microbatches if schedule == "gpipe" else min(stages - k, microbatches)
+
+
 def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f1b") -> tuple[Any, dict[str, Any]]:
     """Simulate one iteration of ``plan``: every micro-batch's forward and backward pass on every
     stage (durations from the operator-level simulator of that stage), the transfers between stages
@@ -209,19 +225,17 @@ def simulate(graph: Graph, plan: PipelinePlan, machine: Any, schedule: str = "1f
 def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, Any]]:
     """Each stage in words: its operators (first and last), device group, time per micro-batch,
     memory per device (weights, gradients, optimizer state, and the activations of every micro-batch
-    1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k) and strategy
+    1F1B keeps in flight there: ``min(stages - k, microbatches)`` on stage k; interleaved, what its
+    group's order holds: :func:`flight`) and strategy
     (:func:`stratopt.planning.words.describe_layers`)."""
 
     out = []
     count = len(plan.stages)
-    held: dict[int, int] = {}
-    if plan.chunks > 1:  # interleaved: counted from the order each group runs its stages in
-        for r in range(plan.groups):
-            held.update(in_flight(rank_order(r, plan.groups, plan.chunks, plan.microbatches, "interleaved")))
+    schedule = "interleaved" if plan.chunks > 1 else "1f1b"
     for k, s in enumerate(plan.stages):
         costing = stage_costing(graph, s, machine)
         total, activations = _stage_memory(costing, s.assignment)
-        flight = held.get(k, min(count - k, plan.microbatches))  # 1F1B: forwards waiting for their backward
+        held = flight(schedule, k, count, plan.microbatches, plan.chunks)  # forwards waiting for their backward
         out.append(
             {
                 "stage": k,
@@ -230,8 +244,8 @@ def describe(graph: Graph, plan: PipelinePlan, machine: Any) -> list[dict[str, A
                 "end": s.end,
                 "devices": s.devices,
                 "time": s.time,
-                "in_flight": flight,
-                "memory": total + (flight - 1) * activations,
+                "in_flight": held,
+                "memory": total + (held - 1) * activations,
                 "strategy": describe_layers(
                     costing.graph, costing.configs, s.assignment, costing.sharding, costing.is_recomputed
                 ),

@@ -46,7 +46,7 @@ from stratopt.planning.memory import exact_dp, under_memory
 from stratopt.planning.microbatch import microbatch
 from stratopt.planning.pairs import handed_on
 from stratopt.planning.recompute import allowed, blocks, checkpointed, kept
-from stratopt.planning.simulation import _stage_memory, describe, in_flight, rank_order, simulate
+from stratopt.planning.simulation import _stage_memory, describe, flight, simulate
 from stratopt.planning.stages import (
     PipelinePlan,
     Stage,
@@ -179,22 +179,6 @@ class RunnablePipeline:
             section["chunks"] = self.plan.chunks
         section.update(stages=stages, boundaries=boundaries)
         return {"operators": operators, "modules": modules, "recompute": recompute, "pipeline": section}
-
-
-def flight(schedule: str, k: int, stages: int, microbatches: int, chunks: int = 1) -> int:
-    """Micro-batches whose activations stage ``k`` of ``stages`` holds at once: 1F1B's
-    ``min(stages - k, M)``, GPipe's ``M``; interleaved (``chunks`` stages per device group), counted
-    from the order its group runs them in (:func:`~stratopt.planning.simulation.rank_order`).
-
-    >>> flight("1f1b", 0, 4, 8), flight("1f1b", 3, 4, 8), flight("gpipe", 3, 4, 8)
-    (4, 1, 8)
-    >>> tuple(flight("interleaved", k, 4, 4, 2) for k in range(4))
-    (4, 3, 2, 1)
-    """
-    if chunks > 1:
-        groups = stages // chunks
-        return in_flight(rank_order(k % groups, groups, chunks, microbatches, "interleaved"))[k]
-    return microbatches if schedule == "gpipe" else min(stages - k, microbatches)
 
 
 def best_layout(
