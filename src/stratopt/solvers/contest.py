@@ -139,7 +139,15 @@ def _relaxation(stats: dict[str, Any], scale: int = 1) -> str:
         return f"; relaxation skipped: {lp['skipped']}; its dual by message passing: {got} ({lp['status']})"
     if "skipped" in lp:
         return f"; relaxation skipped: {lp['skipped']}"
-    return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns)"
+    branch = stats.get("branch") or (stats.get("beside") or {}).get("branch")
+    cut = ""
+    if branch:
+        bound = "no bound" if branch.get("bound") is None else f"bound {branch['bound'] * scale:.10g}"
+        cost = "no answer" if branch.get("cost") is None else f"answer {branch['cost'] * scale:.10g}"
+        cut = f"; branch and cut: {bound}, {cost} ({branch['status']}, {branch['seconds']} s)"
+    elif "branch" in lp:
+        cut = f"; branch and cut {lp['branch']}"
+    return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns){cut}"
 
 
 def _beside(stats: dict[str, Any], scale: int = 1) -> str:

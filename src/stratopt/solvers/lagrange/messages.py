@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
 from stratopt.solvers.lagrange.model import Network, PenaltyModel, segment_min
 from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, Relaxation, lp_bound
 
@@ -335,9 +336,12 @@ def message_bound(
     )
 
 
-def bound_job(job: LpJob, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> LpBound:
+def bound_job(job: LpJob | BranchJob, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> LpBound:
     """The relaxation's job: HiGHS on the relaxation (:func:`~.relaxation.lp_bound`) or, with
-    ``job.messages``, its dual by message passing (:func:`message_bound`), for ``job.seconds``."""
+    ``job.messages``, its dual by message passing (:func:`message_bound`), for ``job.seconds``;
+    or after it, branch and cut (:func:`~.branch.branch_bound`)."""
+    if isinstance(job, BranchJob):
+        return branch_bound(model, start, end, job)
     if job.messages:
         return message_bound(model, start, end, job.seconds)
     return lp_bound(model, start, end, job.seconds)

@@ -281,7 +281,8 @@ def certified_bound(
 class LpBound:
     """What the relaxation gave: the proven bound (None: HiGHS gave no duals, or the relaxation is
     infeasible: then ``infeasible``), the slot prices of its usage rows, HiGHS's status, its own
-    objective value (problem units, unproven: the certified bound is what counts) and the time."""
+    objective value (problem units, unproven: the certified bound is what counts) and the time;
+    from branch and cut, its answer too."""
 
     bound: float | None
     prices: np.ndarray | None
@@ -291,8 +292,11 @@ class LpBound:
     rows: int
     infeasible: bool = False
     objective: float | None = None
-    #: "lp" (:func:`lp_bound`) or "messages" (:func:`~stratopt.solvers.lagrange.messages.message_bound`).
+    #: "lp" (:func:`lp_bound`), "messages" (:func:`~stratopt.solvers.lagrange.messages.message_bound`)
+    #: or "mip" (:func:`~stratopt.solvers.lagrange.branch.branch_bound`).
     method: str = "lp"
+    #: An assignment of the problem found on the way (branch and cut's best), or None.
+    assignment: np.ndarray | None = None
 
 
 def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit: float | None = None) -> LpBound:

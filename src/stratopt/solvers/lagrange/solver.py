@@ -16,6 +16,7 @@ from stratopt.errors import ModelError
 from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Level, round_down
+from stratopt.solvers.lagrange.branch import BRANCH_METHOD, ROOT_RATE, BranchJob
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.messages import MESSAGE_METHOD, MESSAGE_PART, PRICE_RATE, bound_job, price_columns
 from stratopt.solvers.lagrange.model import PenaltyModel
@@ -68,6 +69,7 @@ class Lagrange:
         unit: float = 1.0,
         trws: float | None = TRWS_ACCURACY,
         bound_share: float = BOUND_SHARE,
+        branch: bool = True,
         progress: Callable[[str], None] | None = None,
         incumbent: Callable[[tuple[int, ...]], None] | None = None,
     ) -> Result:
@@ -83,7 +85,9 @@ class Lagrange:
         the share of the time limit the linear relaxation may take in one worker, after the first
         answer run (:data:`~stratopt.solvers.lagrange.relaxation.BOUND_SHARE`; 0: no relaxation);
         it runs only where its size at :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE`
-        columns per second fits in that share, and its slot prices start the ascent."""
+        columns per second fits in that share, and its slot prices start the ascent. ``branch``: where
+        the relaxation ran and its network is small enough, branch and cut on it in one worker for
+        the rest of the time (:mod:`.branch`), the search's best answer its start."""
         if not (isinstance(bound_share, (int, float)) and 0 <= bound_share <= 1):
             raise ModelError(f"lagrange: bound_share must be a share of the time limit in [0, 1], got {bound_share!r}")
         if trws is not None and not (isinstance(trws, (int, float)) and 0 < trws < 1):
@@ -112,7 +116,7 @@ class Lagrange:
         ascent = Level(model, engine)
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
-        lp_job = _relaxation_job(model, engine, bound_share, time_limit, stats)
+        lp_job: LpJob | BranchJob | None = _relaxation_job(model, engine, bound_share, time_limit, stats)
         if "skipped" in stats.get("lp", {}):
             instead = "; its dual by message passing instead" if lp_job is not None else ""
             clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}{instead}")
@@ -124,6 +128,8 @@ class Lagrange:
         )
 
         def more(started: int) -> bool:
+            if search.closed():  # branch and cut proved the best answer optimal
+                return False
             return started < runs if clock.deadline is None else clock.left() > 2.0
 
         def next_run() -> tuple[np.ndarray, np.ndarray | None, Run]:
@@ -157,8 +163,9 @@ class Lagrange:
                     search.take_merge(merge_job(model, engine, job, None if clock.deadline is None else clock.left()))
                 if lp_job is not None:  # after the first answer, before the other runs
                     _, start, end = problem.time_slots
-                    search.take_lp(bound_job(lp_job, model, start, end))
-                    lp_job = None
+                    bounded = bound_job(lp_job, model, start, end)
+                    search.take_lp(bounded)
+                    lp_job = _branch_job(search, bounded, lp_job, clock) if branch else None
                 if not engine.has_limit:
                     break
         else:
@@ -169,7 +176,7 @@ class Lagrange:
                 while True:
                     while pool.free() and more(started) and (engine.has_limit or started == 0):
                         if lp_job is not None and started > 0:  # one worker, after the first run
-                            pool.submit(None, lp_job, None)
+                            pool.submit(lp_job, lp_job, None)
                             lp_job = None
                             continue
                         job = None if merging else search.merge_job()
@@ -196,6 +203,7 @@ class Lagrange:
                         break
                     if isinstance(outcome, LpBound):
                         search.take_lp(outcome)
+                        lp_job = _branch_job(search, outcome, key, clock) if branch else None
                     elif isinstance(outcome, Merged):
                         search.take_merge(outcome)
                         merging = False
@@ -217,10 +225,13 @@ class Lagrange:
         )
         if search.lp is not None:
             stats["lp"] = {**stats.get("lp", {}), **search.lp}
-        if search.bound_from in ("lp", "messages"):
-            stats["bound_method"] = LP_METHOD if search.bound_from == "lp" else MESSAGE_METHOD
+        if search.branch is not None:
+            stats["branch"] = search.branch
+        if search.bound_from in ("lp", "messages", "mip"):
+            methods = {"lp": LP_METHOD, "messages": MESSAGE_METHOD, "mip": BRANCH_METHOD}
+            stats["bound_method"] = methods[search.bound_from]
         lower = round_down(problem, search.bound)
-        out_of_time = clock.deadline is not None and clock.left() <= 0
+        out_of_time = clock.deadline is not None and clock.left() <= 0 and not search.closed()
         if search.best is None:
             limit = Limit.TIME if out_of_time else Limit.ITERATION
             return Result(self.name, Status.NO_SOLUTION, limit=limit, bound=lower, stats=stats)
@@ -307,6 +318,34 @@ def _relaxation_job(
     return LpJob(seconds)
 
 
+def _branch_job(search: _Search, outcome: LpBound, job: Any, clock: _Clock) -> BranchJob | None:
+    """Branch and cut after the relaxation (``outcome`` of ``job``), where its duals came and left
+    a gap, in one worker for the rest of the time limit (it answers as well as bounds: HiGHS's
+    heuristics and the search's best answer as its start), where the root fits half of that at
+    :data:`~stratopt.solvers.lagrange.branch.ROOT_RATE` (under a time limit only)."""
+    if not isinstance(job, LpJob) or job.messages or clock.deadline is None:
+        return None
+    if outcome.method != "lp" or outcome.bound is None or search.closed():
+        return None
+    seconds = clock.left() - BRANCH_MARGIN
+    if outcome.columns > ROOT_RATE * seconds / 2:
+        if search.lp is not None:
+            search.lp["branch"] = (
+                f"not run: {outcome.columns} columns at {ROOT_RATE:.0f}/s need more than half the {seconds:.0f} s left"
+            )
+        return None
+    known = None if search.best is None else search.best.copy()
+    return BranchJob(seconds, known)
+
+
+#: Seconds before the time limit at which branch and cut stops, for the search to take its answer.
+BRANCH_MARGIN = 3.0
+
+#: How far above an answer's exact cost (relative) branch and cut's bound may lie and still be
+#: taken (as that cost): HiGHS's objective carries float error; a bound further above is wrong.
+BRANCH_TOLERANCE = 1e-9
+
+
 class _Clock:
     """The search's deadline and its progress lines (seconds since the start)."""
 
@@ -347,6 +386,7 @@ class _Search:
         self.lagrangian = self.bound  # the best Lagrangian value alone
         self.bound_from = "lagrange"  # which of the two gave self.bound
         self.lp: dict[str, Any] | None = None
+        self.branch: dict[str, Any] | None = None  # what branch and cut gave (:mod:`.branch`)
         self.history: list[dict[str, Any]] = []
         # Merges of good answers (see :mod:`.merge`): where the limit's knapsack rows can be
         # written (integer usages).
@@ -360,8 +400,47 @@ class _Search:
         took = [h["seconds"] for h in self.history if not h.get("bound_run") and not h.get("first_run")]
         return bool(took) and float(np.median(took)) < self.schedule.seconds / 2
 
+    def closed(self) -> bool:
+        """Whether the bound has reached the best answer's cost (nothing left to find)."""
+        return self.best is not None and self.bound >= self.best_cost
+
+    def take_branch(self, outcome: LpBound) -> None:
+        """Branch and cut ended: its bound where higher, its answer where cheaper."""
+        cost = math.inf
+        if outcome.assignment is not None:
+            final = evaluate(self.problem, outcome.assignment)
+            if final.feasible:
+                cost = float(final.objective)
+                self.schedule.ascent.cut(outcome.assignment, cost)
+                self.elite.offer(outcome.assignment, cost)
+                if cost < self.best_cost:
+                    self.best, self.best_cost = outcome.assignment, cost
+                    if self.incumbent is not None:
+                        self.incumbent(tuple(outcome.assignment.tolist()))
+        self.branch = {
+            "status": outcome.status,
+            "bound": outcome.bound,
+            "cost": cost if math.isfinite(cost) else None,
+            "seconds": round(outcome.seconds, 2),
+            "columns": outcome.columns,
+        }
+        if outcome.bound is not None and outcome.bound > self.best_cost + BRANCH_TOLERANCE * abs(self.best_cost):
+            self.branch["dropped"] = f"its bound lies above an answer's exact cost ({self.best_cost:.10g})"
+        elif outcome.bound is not None and outcome.bound > self.bound:
+            # At an answer's cost within float error (P: 651833115436.0001 for 651833115436): a proof.
+            self.bound, self.bound_from = min(outcome.bound, self.best_cost), "mip"
+        shown = "no bound" if outcome.bound is None else f"bound {outcome.bound:.6g}"
+        found = "no answer" if not math.isfinite(cost) else f"answer {cost:.6g}"
+        self.say(
+            f"branch and cut ({outcome.columns} columns): {outcome.status}, {shown}, {found} in "
+            f"{outcome.seconds:.1f} s; best {self.best_cost:.6g}, bound {self.bound:.6g}"
+        )
+
     def take_lp(self, outcome: LpBound) -> None:
         """The linear relaxation ended: its bound where higher, and its slot prices for the ascent."""
+        if outcome.method == "mip":
+            self.take_branch(outcome)
+            return
         self.lp = {
             "status": outcome.status,
             "bound": outcome.bound,

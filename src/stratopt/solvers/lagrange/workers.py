@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from stratopt.errors import SolverUnavailableError
+from stratopt.solvers.lagrange.branch import BranchJob
 from stratopt.solvers.lagrange.merge import Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.messages import bound_job
 from stratopt.solvers.lagrange.model import PenaltyModel
@@ -45,11 +46,13 @@ def as_child() -> None:
 Outcome = Attempt | LpBound | Merged
 
 
-def do(model: PenaltyModel, engine: LocalEngine, job: Run | LpJob | MergeJob, budget: float | None) -> Outcome:
+def do(
+    model: PenaltyModel, engine: LocalEngine, job: Run | LpJob | BranchJob | MergeJob, budget: float | None
+) -> Outcome:
     """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish),
     the linear relaxation (:func:`~stratopt.solvers.lagrange.messages.bound_job`) or a merge of
     two answers (:func:`~stratopt.solvers.lagrange.merge.merge_job`)."""
-    if isinstance(job, LpJob):
+    if isinstance(job, (LpJob, BranchJob)):
         _, start, end = engine.problem.time_slots
         return bound_job(job, model, start, end)
     if isinstance(job, MergeJob):
