@@ -142,9 +142,10 @@ def _relaxation(stats: dict[str, Any], scale: int = 1) -> str:
     branch = stats.get("branch") or (stats.get("beside") or {}).get("branch")
     cut = ""
     if branch:
-        bound = "no bound" if branch.get("bound") is None else f"bound {branch['bound'] * scale:.10g}"
         cost = "no answer" if branch.get("cost") is None else f"answer {branch['cost'] * scale:.10g}"
-        cut = f"; branch and cut: {bound}, {cost} ({branch['status']}, {branch['seconds']} s)"
+        claim = branch.get("highs_bound")
+        said = "" if claim is None else f", HiGHS's bound {claim * scale:.10g} not taken"
+        cut = f"; branch and cut: {cost} ({branch['status']}{said}, {branch['seconds']} s)"
     elif "branch" in lp:
         cut = f"; branch and cut {lp['branch']}"
     return f"; relaxation: {got} ({lp['status']}, {lp['seconds']} s, {lp['columns']} columns){cut}"

@@ -239,6 +239,13 @@ class Relaxation:
         )
         return raw * self.cost_unit + self.offset
 
+    def reduced(self, duals: np.ndarray) -> np.ndarray:
+        """Each choice and pair column's reduced cost (problem units) under the row duals as
+        :func:`certified_bound` signs them: setting such a column to 1 raises that bound by at
+        least its reduced cost (where positive), which is what fixing by reduced cost uses."""
+        y = _signed(duals, self.row_lower, self.row_upper)
+        return np.asarray(self.cost - self.matrix.T @ y)[: self.u_first] * self.cost_unit
+
     def slot_prices(self, duals: np.ndarray, slots: int) -> np.ndarray:
         """The slot prices (problem cost per unit of usage) the duals put on the limit: each
         segment's price, the negated reduced cost of its running sum ``u`` where that presses on
@@ -264,8 +271,7 @@ def certified_bound(
     the sign its row's finite sides allow, then the bound is the row terms (a positive dual times
     the row's lower side, a negative one times its upper side) plus, per variable, the least of
     its reduced cost times either end of its box. Weak duality, whatever the duals."""
-    y = np.where(np.isfinite(row_lower), duals, np.minimum(duals, 0.0))
-    y = np.where(np.isfinite(row_upper), y, np.maximum(y, 0.0))
+    y = _signed(duals, row_lower, row_upper)
     reduced = cost - matrix.T @ y
     row_terms = np.where(y > 0, y * np.where(np.isfinite(row_lower), row_lower, 0.0), 0.0) + np.where(
         y < 0, y * np.where(np.isfinite(row_upper), row_upper, 0.0), 0.0
@@ -275,6 +281,12 @@ def certified_bound(
     # The sums above are exact to a few units in the last place of their largest terms.
     slack = 1e-12 * (float(np.abs(row_terms).sum()) + float(np.abs(col_terms).sum()))
     return total - slack
+
+
+def _signed(duals: np.ndarray, row_lower: np.ndarray, row_upper: np.ndarray) -> np.ndarray:
+    """Each dual given the sign its row's finite sides allow (0 where the side it needs is infinite)."""
+    y = np.where(np.isfinite(row_lower), duals, np.minimum(duals, 0.0))
+    return np.where(np.isfinite(row_upper), y, np.maximum(y, 0.0))
 
 
 @dataclass
@@ -295,8 +307,13 @@ class LpBound:
     #: "lp" (:func:`lp_bound`), "messages" (:func:`~stratopt.solvers.lagrange.messages.message_bound`)
     #: or "mip" (:func:`~stratopt.solvers.lagrange.branch.branch_bound`).
     method: str = "lp"
-    #: An assignment of the problem found on the way (branch and cut's best), or None.
+    #: An assignment of the problem found on the way (branch and cut's best), or None. (From branch
+    #: and cut, ``bound`` is HiGHS's claim, which the search does not take.)
     assignment: np.ndarray | None = None
+    #: The relaxation's reduced cost per choice and pair column (:meth:`Relaxation.reduced`), or None.
+    reduced: np.ndarray | None = None
+    #: How many columns branch and cut fixed at 0 by reduced cost before it ran.
+    fixed: int = 0
 
 
 def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit: float | None = None) -> LpBound:
@@ -333,4 +350,13 @@ def lp_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, time_limit
     bound = relax.value(duals)
     prices = relax.slot_prices(duals, len(model.room))
     objective = float(info.objective_function_value) * relax.cost_unit + relax.offset
-    return LpBound(bound, prices, status, time.perf_counter() - t0, m.shape[1], m.shape[0], objective=objective)
+    return LpBound(
+        bound,
+        prices,
+        status,
+        time.perf_counter() - t0,
+        m.shape[1],
+        m.shape[0],
+        objective=objective,
+        reduced=relax.reduced(duals),
+    )
