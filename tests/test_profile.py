@@ -124,6 +124,7 @@ def test_bad_requests_and_machine_files_are_one_line_errors(tmp_path, capsys) ->
         profile("cpu", 1, dtype="float16")
 
 
+@pytest.mark.slow  # bfloat16 products on a CPU: 80 s on a 2-core machine
 def test_a_profile_in_bfloat16_prices_two_byte_values() -> None:
     """``--dtype bfloat16`` measures in it and writes a machine whose values take two bytes (one
     rank: no collectives measured)."""

@@ -29,7 +29,7 @@ def _branch(problem, known=None):
     return model, branch_bound(model, start, end, BranchJob(60.0, known))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(problems(max_vertices=6, usage=True))
 def test_branch_and_cut_finds_the_optimum_brute_force_finds(problem):
     """With forbidden entries, parallel edges and usage limits: where brute force finds an
@@ -54,7 +54,7 @@ def test_branch_and_cut_finds_the_optimum_brute_force_finds(problem):
     assert out.bound >= exact.objective - 1e-6 * max(1.0, abs(exact.objective))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(problems(max_vertices=6, usage=True))
 def test_a_start_from_the_optimum_changes_nothing_and_maps_back(problem):
     """The optimum handed in as the start: its network values lift back to an assignment that
@@ -76,7 +76,7 @@ def test_a_start_from_the_optimum_changes_nothing_and_maps_back(problem):
         assert evaluate(problem, out.assignment).objective == exact.objective
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(problems(max_vertices=6, usage=True), st.sampled_from([0, 1, 25]))
 def test_fixing_by_reduced_cost_keeps_the_optimum(problem, slack):
     """The relaxation's reduced costs fix columns at 0 against a ceiling (the optimum itself, or a
@@ -108,7 +108,7 @@ def test_fixing_by_reduced_cost_keeps_the_optimum(problem, slack):
         assert evaluate(problem, out.assignment).objective == exact.objective
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(12))
 def test_fixing_by_reduced_cost_on_grids_whose_networks_keep_their_edges(seed):
     """The same on 3 x 3 grids (the random problems above mostly reduce to nothing): the
     relaxation fixes some columns against the optimum's cost, never the optimum's own, and branch
@@ -168,7 +168,7 @@ def test_the_search_runs_branch_and_cut_after_the_relaxation_and_takes_its_answe
     it; its answer is brute force's optimum, HiGHS's claim of a bound is in the stats, and the
     result's bound stays a certified one (at most the optimum, not from branch and cut)."""
     problem = _knapsack()
-    r = solve(problem, "lagrange", workers=2, time_limit=20)
+    r = solve(problem, "lagrange", workers=2, time_limit=12)
     assert r.stats["lp"]["bound"] < 34
     branch = r.stats["branch"]
     assert branch["status"] == "Optimal" and branch["cost"] == 34
