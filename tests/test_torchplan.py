@@ -855,6 +855,7 @@ def test_a_per_head_position_bias_splits_with_the_heads() -> None:
     assert placed[f"encoder.block.0.layer.0.SelfAttention.{table}"].output == "replicate"
 
 
+@pytest.mark.slow  # two processes for 33 s on a 2-core machine
 def test_a_column_parallel_product_hands_the_width_split_stream_its_slice() -> None:
     """The 1,024-wide Llama on 1 x 2 under 60% of its free plan's memory: each output projection is
     column-parallel, gathering the heads' split it reads (``input: shard``) and handing the stream,
