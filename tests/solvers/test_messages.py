@@ -149,10 +149,24 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
 
     monkeypatch.setattr(solver, "LP_RATE", 0.001)
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
-    r = solve(problem, "lagrange", workers=0, time_limit=10)
+    r = solve(problem, "lagrange", workers=0, time_limit=10, bound_share=1.0)
     lp = r.stats["lp"]
     assert "more than its share" in lp["skipped"] and lp["method"] == "messages"
     assert lp["bound"] is not None and lp["bound"] <= 217039
     assert r.bound is not None and r.bound <= 217039
     if r.stats.get("bound_method") == MESSAGE_METHOD:
         assert r.bound >= int(lp["bound"]) - 1
+
+
+def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
+    """At the default share the message bound does not run (it cost the answer runs a worker for
+    nothing measured); the stats say why."""
+    from stratopt.solvers.lagrange import solver
+
+    monkeypatch.setattr(solver, "LP_RATE", 0.001)
+    problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
+    r = solve(problem, "lagrange", workers=0, time_limit=6)
+    lp = r.stats["lp"]
+    assert "more than its share" in lp["skipped"] and "below 1" in lp["messages"]
+    assert lp.get("method") != "messages"
+    assert r.bound is None or r.bound <= 217039

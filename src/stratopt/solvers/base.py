@@ -128,7 +128,7 @@ BOUND_METHODS = {
     "mip-highs": "mip-highs: HiGHS's branch-and-bound bound (LP relaxations)",
     "mip-cbc": "mip-cbc: CBC's branch-and-bound bound (LP relaxations)",
     "cpsat": "cpsat: CP-SAT's objective bound",
-    "lagrange": "lagrange: the Lagrangian dual over time-slot prices (subgradient ascent; each value exact for its prices)",
+    "lagrange": "lagrange: the Lagrangian dual over time-slot prices (a level method; each value toulbar2's proven bound at its prices)",
 }
 
 

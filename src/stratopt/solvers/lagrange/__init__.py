@@ -27,9 +27,11 @@ costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with
 (``sum_{t in I_v} lam_t >= w_v``), through toulbar2's dual bound on the penalised problem. The
 narrowing's runs use the cover that puts each vertex's weight on the slot of its interval with
 the least room below the limit; one run in :data:`BOUND_EVERY` instead takes its weights from
-slot prices that a projected subgradient ascent (Polyak steps towards the best cost) moves, whose
-value is the Lagrangian dual at those prices (IOPDDL A: within 1% of the best cost known; S,
-where toulbar2 proves nothing in 20 s and these runs are short: about 22% below the best answer).
+slot prices that a proximal level method over the cuts of every answer seen chooses (Polyak's
+subgradient steps until an answer keeps the limit, and where a run proved too little for the
+level to move: :mod:`.bound`); its value is toulbar2's proven bound at those prices (IOPDDL A:
+within 1% of the best cost known; S, where toulbar2 proves nothing in 20 s and these runs are
+short: about 10% below the best answer).
 Where its size fits a share of the time (``bound_share``), one worker also solves the linear
 relaxation of the reduced model with HiGHS's interior point method; weak duality turns its row
 duals, whatever their accuracy, into a proven bound, and its usage rows' duals into the slot prices

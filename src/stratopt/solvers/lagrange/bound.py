@@ -19,6 +19,13 @@ and Nesterov's level; a small quadratic programme, solved through its dual over 
 therefore go as far as the model allows and no further, where Polyak's creep (IOPDDL V: 65 bound
 runs, still rising). Every bound stays a run's own proven value: the method only picks where to
 look.
+
+The runs are inexact oracles: toulbar2 may stop before its optimum, proving less than its answer
+costs at those prices. Then the answer's cut need not cut the run's prices off the level set, and
+the projection sends the next run back to the same prices: on IOPDDL M the same bound run came four
+times in a row. Where the cuts' model at the run's prices still reaches the next level (an exact
+run's cut there is its own value, below it), the next prices come from Polyak's step along that
+answer's overflow instead (``scripts/bench_level_stall.py``).
 """
 
 from __future__ import annotations
@@ -104,6 +111,8 @@ class Level(Ascent):
         self.levels = 0
         self.low = -math.inf  # the best value any run proved
         self.fresh = False  # cuts came in since the prices were last chosen
+        self.hold = False  # the prices are a Polyak step out of a stall: kept until the next run
+        self.stalled = 0  # bound runs whose answer's cut left their prices on the level set
 
     def start_from(self, prices: np.ndarray) -> None:
         super().start_from(prices)
@@ -137,7 +146,7 @@ class Level(Ascent):
     def next_prices(self) -> np.ndarray:
         """The level step from the cuts as they are now (answer runs and repairs add cuts between
         the bound runs), or the last prices where nothing new came in or the model is unbounded."""
-        if self.fresh:
+        if self.fresh and not self.hold:
             step = self._level_step(max(self.best, self.low))
             self.fresh = False
             if step is not None:
@@ -150,14 +159,34 @@ class Level(Ascent):
         if improved:
             self.centre = np.asarray(lam, dtype=np.float64).copy()
         self.low = max(self.low, run_bound)
-        step = self._level_step(max(self.best, run_bound, self.low))
-        if step is None:  # the model is not bounded yet: Polyak's step
+        low = max(self.best, run_bound, self.low)
+        step = self._level_step(low)
+        self.hold = False
+        if step is not None and self._on_level(lam, low):
+            # An inexact run: toulbar2 proved less than its answer's penalised cost, so that
+            # answer's cut leaves ``lam`` on the level set and the projection would send the next
+            # run back to the same prices (IOPDDL M: the same bound run four times). Polyak's step
+            # along the answer's overflow leaves it instead.
+            self.stalled += 1
+            step = None
+            self.hold = True
+        if step is None:  # the model is not bounded yet, or stalled: Polyak's step
             super().learn(lam, a, run_bound, best_cost)
             return
         self.runs += 1
         self.best = max(self.best, run_bound)
         self.prices = step
         self.fresh = False
+
+    def _on_level(self, lam: np.ndarray, low: float) -> bool:
+        """Whether the cuts' model at ``lam`` still reaches the level of the next step, so that the
+        projection would return ``lam`` itself (with an exact run it cannot: the run's own cut at
+        ``lam`` is the value it proved, at most the best proven, below the level)."""
+        if not math.isfinite(self.ceiling) or self.ceiling - low <= 1e-9 * max(1.0, abs(self.ceiling)):
+            return False
+        at = min(k + float(g @ lam) for k, g in zip(self.constants, self.slopes, strict=True))
+        level = LEVEL * self.ceiling + (1 - LEVEL) * low
+        return at >= level - 1e-9 * max(1.0, abs(level))
 
     def _level_step(self, low: float) -> np.ndarray | None:
         """The centre projected onto the level set of the cuts' model, or None where the model's

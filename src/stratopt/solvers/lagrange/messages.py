@@ -47,6 +47,7 @@ from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, Relaxation, lp_
 
 __all__ = [
     "MESSAGE_METHOD",
+    "MESSAGE_MIN_SHARE",
     "MESSAGE_PART",
     "PRICE_RATE",
     "SWEEPS",
@@ -66,6 +67,14 @@ SWEEPS = 2
 #: 1.003x and 1.000x, their gaps about where the level method alone leaves them (18.0%, 9.7%,
 #: 14.2%). ``bound_share=1`` gives it half the limit.
 MESSAGE_PART = 0.5
+
+#: The least ``bound_share`` at which the message bound runs (it then takes MESSAGE_PART of it, half
+#: the limit at 1). At the default share (a quarter of the limit) it cost the answer runs a worker
+#: for nothing measured: IOPDDL K and S ended at gaps of 18.0% and 9.7% with it, 17.7% and 10.1%
+#: without; on M (2026-11-28, contest limit) it climbed 2 rounds in 41 s to 2.86e10, where the
+#: search alone proves 4.59e10, and M ended at 14.0-17.9% and 1.000-1.051x the best submitted cost
+#: in three searches with it, 8.1% and 0.9998x in two without.
+MESSAGE_MIN_SHARE = 1.0
 
 #: Columns per second of the prices' first (cold) simplex solve on this project's 2-core machine,
 #: the other core busy (IOPDDL K 91k columns in 6 s, N 349k in 34 s, T 585k in 154 s). The message

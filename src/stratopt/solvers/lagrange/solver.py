@@ -18,7 +18,14 @@ from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Level, round_down
 from stratopt.solvers.lagrange.branch import ROOT_RATE, BranchJob
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
-from stratopt.solvers.lagrange.messages import MESSAGE_METHOD, MESSAGE_PART, PRICE_RATE, bound_job, price_columns
+from stratopt.solvers.lagrange.messages import (
+    MESSAGE_METHOD,
+    MESSAGE_MIN_SHARE,
+    MESSAGE_PART,
+    PRICE_RATE,
+    bound_job,
+    price_columns,
+)
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
@@ -218,6 +225,7 @@ class Lagrange:
             lagrangian_bound=search.lagrangian,
             bound_runs=ascent.runs,
             level_steps=ascent.levels,
+            level_stalls=ascent.stalled,
             dual_ceiling=ascent.ceiling if math.isfinite(ascent.ceiling) else None,
             cuts=len(ascent.constants),
             seconds_per_run=schedule.seconds,
@@ -305,6 +313,9 @@ def _relaxation_job(
         }
         network = model.network
         if network is None or not len(network.edges):
+            return None
+        if share < MESSAGE_MIN_SHARE:
+            stats["lp"]["messages"] = f"not run: bound_share {share:g} is below {MESSAGE_MIN_SHARE:g}"
             return None
         priced = price_columns(model, start, end)
         seconds *= MESSAGE_PART
