@@ -139,6 +139,9 @@ def branch_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, job: B
         picked[net.node_off[:-1] + values] = 1.0
         h.setSolution(nx, np.arange(nx, dtype=np.int32), picked)  # HiGHS completes the rest
     h.setOptionValue("time_limit", max(1.0, job.seconds - (time.perf_counter() - t0)))
+    # A HiGHS run elsewhere in this process (PuLP's, for mip-highs) may have left the process-wide
+    # scheduler running with other threads: then this run, with one thread, ends "Not Set".
+    highspy.Highs.resetGlobalScheduler(True)
     try:
         h.run()
         status = h.modelStatusToString(h.getModelStatus())

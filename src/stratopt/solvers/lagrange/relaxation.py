@@ -5,8 +5,10 @@ The model is the network toulbar2 gets (:class:`~stratopt.solvers.lagrange.model
 exact reductions that hold whatever the weights), with the usage limit put back as linear rows: a
 choice of the network implies a choice, hence a usage, of every vertex merged into it, so each
 slot's load above the least usages is linear in the network's one-hot variables. Edges are the
-local polytope (one pair variable per allowed entry, tied to both ends by marginal equalities). The
-slot rows are written as a running sum over the slots where a penalised vertex starts or ends
+local polytope over the choices each edge tells apart (:mod:`.classes`: one pair variable per
+allowed cell of its row and column classes, tied to both ends by marginal equalities; the same
+relaxation with fewer columns: IOPDDL A's pair columns go from 49k to 21k, D's from 92k to 78k and
+its relaxation from 33 s to 28 s alone). The slot rows are written as a running sum over the slots where a penalised vertex starts or ends
 (``u_k = u_{k-1} + what starts - what ends``, ``0 <= u_k <= room``), so that each vertex appears in
 two rows however long it lives: IOPDDL A's relaxation has 28k such rows and 2x112k of their entries.
 
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from stratopt.solvers.lagrange.classes import edge_classes
 from stratopt.solvers.lagrange.model import Network, PenaltyModel, interval_sum, range_argmin
 
 __all__ = [
@@ -75,8 +78,11 @@ class LpJob:
 
 
 def columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> int:
-    """The relaxation's column count (one per network choice, allowed pair entry and segment of
-    the running usage sum), without building it."""
+    """The relaxation's size for the estimate of its time, without building it: one column per
+    network choice, allowed pair entry and segment of the running usage sum. (Per entry, not per
+    cell of the edges' classes: :data:`LP_RATE` was measured so, and the relaxation over classes is
+    no larger. Counted per cell, IOPDDL L's 2.33M columns would be 249k and seem to fit its share at
+    that rate, but HiGHS takes 89 s over them alone and gave no duals in a search.)"""
     net = model.network
     assert net is not None
     segments = max(0, len(_events(net, start, end)) - 1)
@@ -125,14 +131,10 @@ class Relaxation:
         assert net is not None
         scale = model.scale
         node = (net.node if node_costs is None else node_costs) / scale
-        edge = net.edge / scale if node_costs is None else np.zeros(0)
-        edges = net.edges if node_costs is None else np.zeros((0, 2), dtype=np.int64)
-        edge_off = net.edge_off if node_costs is None else np.zeros(1, dtype=np.int64)
-        finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)]])
+        edge = net.edge / scale
+        finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)] if node_costs is None else []])
         cost_unit = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
         nx = len(node)
-        allowed = np.flatnonzero(np.isfinite(edge))
-        ny = len(allowed)
         rows: list[np.ndarray] = []
         cols: list[np.ndarray] = []
         vals: list[np.ndarray] = []
@@ -143,26 +145,35 @@ class Relaxation:
         cols.append(np.arange(nx))
         vals.append(np.ones(nx))
         r = nv
-        # Marginals: per edge, per choice a of its first end, the pair variables (a, .) less x[u, a];
-        # then per choice b of its second end.
-        ku = net.k[edges[:, 0]] if len(edges) else np.zeros(0, dtype=np.int64)
-        kv = net.k[edges[:, 1]] if len(edges) else np.zeros(0, dtype=np.int64)
-        first_rows = np.zeros(len(ku) + 1, dtype=np.int64)
-        np.cumsum(ku + kv, out=first_rows[1:])
-        first_rows += r
-        edge_of = np.repeat(np.arange(len(ku)), np.diff(edge_off))[allowed]
-        local = allowed - edge_off[edge_of]
-        a, b = local // kv[edge_of], local % kv[edge_of]
-        ycols = nx + np.arange(ny)
-        rows += [first_rows[edge_of] + a, first_rows[edge_of] + ku[edge_of] + b]
-        cols += [ycols, ycols]
-        vals += [np.ones(ny), np.ones(ny)]
-        for e in range(len(ku)):
-            u, v = edges[e]
-            base = first_rows[e]
-            rows += [base + np.arange(ku[e]), base + ku[e] + np.arange(kv[e])]
-            cols += [net.node_off[u] + np.arange(ku[e]), net.node_off[v] + np.arange(kv[e])]
-            vals += [-np.ones(ku[e]), -np.ones(kv[e])]
+        # The edges as the local polytope over the choices they tell apart (:mod:`.classes`): per
+        # edge, a marginal row per row class (its cells less its choices), then per column class.
+        if node_costs is None and len(net.edges):
+            tell = edge_classes(net)
+            edges = np.asarray(net.edges, dtype=np.int64)
+            allowed = tell.cell
+            first_rows = np.zeros(len(edges) + 1, dtype=np.int64)
+            np.cumsum(tell.rows + tell.cols, out=first_rows[1:])
+            first_rows += r
+            ny = len(allowed)
+            ycols = nx + np.arange(ny)
+            rows += [
+                first_rows[tell.cell_edge] + tell.cell_row,
+                first_rows[tell.cell_edge] + tell.rows[tell.cell_edge] + tell.cell_col,
+            ]
+            cols += [ycols, ycols]
+            vals += [np.ones(ny), np.ones(ny)]
+            of_row = np.repeat(np.arange(len(edges)), np.diff(tell.row_off))
+            of_col = np.repeat(np.arange(len(edges)), np.diff(tell.col_off))
+            rows += [first_rows[of_row] + tell.row_class, first_rows[of_col] + tell.rows[of_col] + tell.col_class]
+            cols += [
+                net.node_off[edges[of_row, 0]] + np.arange(len(of_row)) - tell.row_off[of_row],
+                net.node_off[edges[of_col, 1]] + np.arange(len(of_col)) - tell.col_off[of_col],
+            ]
+            vals += [-np.ones(len(of_row)), -np.ones(len(of_col))]
+        else:
+            allowed = np.zeros(0, dtype=np.int64)
+            first_rows = np.full(1, r, dtype=np.int64)
+            ny = 0
         r = int(first_rows[-1])
         n_equal = r
         # Usage: a running sum over the segments between the slots where a paying vertex starts or ends.
