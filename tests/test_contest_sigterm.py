@@ -66,3 +66,12 @@ def test_the_first_answer_is_feasible_and_immediate() -> None:
     problem = load_problem(str(G))
     first = least_usage(problem)
     assert first is not None and evaluate(problem, first).feasible
+
+
+def test_the_contest_clock_starts_with_the_process():
+    """The harness times the whole process, Python's start and the imports included: the budget's
+    clock counts the seconds before ``answer`` was called (a process that slept 0.5 s first)."""
+    code = "import time; time.sleep(0.5); from stratopt.solvers.contest import process_age; print(process_age())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    age = float(out.stdout.strip())
+    assert 0.45 <= age <= 60.0

@@ -181,7 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     _options(p, "json")
     p = _add(sub, commands.iopddl_cmd)
     p.add_argument("file", metavar="FILE", help="an IOPDDL problem file (JSON, .gz allowed)")
-    p.add_argument("timeout", metavar="TIMEOUT", type=_seconds, help="seconds in all, reading the file included")
+    p.add_argument(
+        "timeout",
+        metavar="TIMEOUT",
+        type=_seconds,
+        help="seconds in all, from the process's start, reading the file included",
+    )
     p.add_argument("--bound-share", type=_share, metavar="S", help=_BOUND_SHARE_HELP)
     return parser
 
