@@ -47,7 +47,8 @@ network), :mod:`.toulbar` (one network through toulbar2), :mod:`.runs` (one pena
 :mod:`.repair` (repair and polish), :mod:`.groups` (the reduced network's moves), :mod:`.merge`
 (solution merging), :mod:`.schedule` (which weights each run gets), :mod:`.bound`
 (the slot-price ascent and the dual bound), :mod:`.relaxation` (the linear relaxation of the
-reduced model, whose certified bound and slot prices start the ascent), :mod:`.messages` (its
+reduced model, whose certified bound and slot prices start the ascent; its edges over the
+choices each tells apart, :mod:`.classes`), :mod:`.messages` (its
 dual by message passing where it is too large), :mod:`.branch` (branch and cut on it where it is
 small), :mod:`.workers`
 (processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
