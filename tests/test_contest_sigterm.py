@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+import stratopt.cli.commands as commands
 from stratopt import evaluate
+from stratopt.cli import main
 from stratopt.instances import load_problem
 from stratopt.solvers.contest import least_usage
 
@@ -75,3 +78,27 @@ def test_the_contest_clock_starts_with_the_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     age = float(out.stdout.strip())
     assert 0.45 <= age <= 60.0
+
+
+def test_the_command_counts_its_process_start_and_a_call_in_process_does_not():
+    """``stratopt iopddl`` as a process (its entry point after a 1 s sleep standing in for a slow
+    start) reads the file more than a second after its clock began; ``main`` called in this long
+    running process starts its clock at the call."""
+    example = SHARED / "example.json"
+    code = (
+        "import sys, time; time.sleep(1.0); from stratopt.cli import entry; "
+        f"sys.argv = ['stratopt', 'iopddl', {str(example)!r}, '5']; entry()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1].startswith("[")
+    after = re.search(r"edges ([0-9.]+) s after the start", out.stderr)
+    assert after is not None and float(after.group(1)) >= 1.0, out.stderr
+    lines: list[str] = []
+    original = commands.stderr
+    commands.stderr = lines.append  # type: ignore[assignment]
+    try:
+        main(["iopddl", str(example), "5"])
+    finally:
+        commands.stderr = original  # type: ignore[assignment]
+    read = next(line for line in lines if line.startswith("read "))
+    assert float(re.search(r"edges ([0-9.]+) s after", read).group(1)) < 1.0  # type: ignore[union-attr]

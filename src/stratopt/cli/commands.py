@@ -343,7 +343,8 @@ def iopddl_cmd(args: argparse.Namespace) -> int:
     Progress on stderr, the answer "[i, j, ...]" as the last stdout line; "[]" (exit 1) only when no feasible
     assignment was found in time.
     """
-    return LeaveAtOnce(OK if answer(args.file, args.timeout, stderr, bound_share=args.bound_share) else NO_SOLUTION)
+    found = answer(args.file, args.timeout, stderr, bound_share=args.bound_share, started=args.started)
+    return LeaveAtOnce(OK if found else NO_SOLUTION)
 
 
 class LeaveAtOnce(int):

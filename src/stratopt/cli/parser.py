@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -24,6 +25,7 @@ from stratopt.instances import forget_entry_points
 from stratopt.placement import ALGORITHMS
 from stratopt.sim.search import BETA
 from stratopt.solvers import registry
+from stratopt.solvers.contest import process_age
 
 
 class _Parser(argparse.ArgumentParser):
@@ -192,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def entry() -> NoReturn:
-    """The ``stratopt`` console script and ``python -m stratopt``."""
-    code = main()
+    """The ``stratopt`` console script and ``python -m stratopt``: a process of its own, so that
+    the contest interface's clock starts where the process did (:func:`process_age`)."""
+    code = main(started=time.perf_counter() - process_age())
     if isinstance(code, commands.LeaveAtOnce):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -201,12 +204,15 @@ def entry() -> NoReturn:
     sys.exit(code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+def main(argv: list[str] | None = None, started: float | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+    ``started``: the ``time.perf_counter()`` at which the process began (the contest interface's
+    time limit counts from there; None: from now)."""
     forget_entry_points()  # one command, one import of an entry point
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args.started = started
         if args.command is None:
             parser.print_help()
             return OK

@@ -33,16 +33,24 @@ def process_age() -> float:
         return 0.0
 
 
-def answer(path: str, timeout: float, say: Callable[[str], None], *, bound_share: float | None = None) -> bool:
+def answer(
+    path: str,
+    timeout: float,
+    say: Callable[[str], None],
+    *,
+    bound_share: float | None = None,
+    started: float | None = None,
+) -> bool:
     """Solve the problem in ``path`` within ``timeout`` seconds (reading it included) and print the
     answer ``[i, j, ...]`` as the last stdout line; ``[]`` when nothing feasible was found. Progress
     goes to ``say``. Returns whether an answer was printed. A SIGTERM or SIGINT during the search
     prints the best answer so far and ends the process at once (exit 0 with one, 1 without).
     ``bound_share``: lagrange's share of the time for its linear relaxation (None: its default).
+    ``started``: the ``time.perf_counter()`` from which ``timeout`` counts (None: now); the
+    ``stratopt`` command passes its process's start, since a harness times the whole process and
+    Python's start and the imports take 1-3 s on a loaded 2-core machine.
     """
-    # The harness times the whole process: Python's start and stratopt's imports (1-3 s on a
-    # loaded 2-core machine) count against the timeout too.
-    start = time.perf_counter() - process_age()
+    start = time.perf_counter() if started is None else started
     original = read_iopddl(path)
     # The search runs on the canonical form (stratopt.problem.canonical): how the file numbers the
     # vertices and choices, and the units of its costs, usages and times, do not change the answer.
