@@ -8,9 +8,9 @@ slot's load above the least usages is linear in the network's one-hot variables.
 local polytope over the choices each edge tells apart (:mod:`.classes`: one pair variable per
 allowed cell of its row and column classes, tied to both ends by marginal equalities; the same
 relaxation with fewer columns: IOPDDL A's pair columns go from 49k to 21k, D's from 92k to 78k and
-its relaxation from 33 s to 28 s alone). The slot rows are written as a running sum over the slots where a penalised vertex starts or ends
-(``u_k = u_{k-1} + what starts - what ends``, ``0 <= u_k <= room``), so that each vertex appears in
-two rows however long it lives: IOPDDL A's relaxation has 28k such rows and 2x112k of their entries.
+its relaxation from 33 s to 28 s alone). The slot rows are written as a running sum over the
+slots where a penalised vertex starts or ends (``u_k = u_{k-1} + what starts - what ends``,
+``0 <= u_k <= room``), so that each vertex appears in two rows however long it lives: IOPDDL A's relaxation has 28k such rows and 2x112k of their entries.
 
 The bound never trusts the solver's objective value: from whatever row duals HiGHS returns (an
 interior point stopped early, without crossover, included) :func:`certified_bound` computes the
@@ -131,8 +131,8 @@ class Relaxation:
         assert net is not None
         scale = model.scale
         node = (net.node if node_costs is None else node_costs) / scale
-        edge = net.edge / scale
-        finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)] if node_costs is None else []])
+        edge = net.edge / scale if node_costs is None else np.zeros(0)
+        finite = np.concatenate([node[np.isfinite(node)], edge[np.isfinite(edge)]])
         cost_unit = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
         nx = len(node)
         rows: list[np.ndarray] = []
