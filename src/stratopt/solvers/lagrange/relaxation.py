@@ -10,7 +10,8 @@ allowed cell of its row and column classes, tied to both ends by marginal equali
 relaxation with fewer columns: IOPDDL A's pair columns go from 49k to 21k, D's from 92k to 78k and
 its relaxation from 33 s to 28 s alone). The slot rows are written as a running sum over the
 slots where a penalised vertex starts or ends (``u_k = u_{k-1} + what starts - what ends``,
-``0 <= u_k <= room``), so that each vertex appears in two rows however long it lives: IOPDDL A's relaxation has 28k such rows and 2x112k of their entries.
+``0 <= u_k <= room``), so that each vertex appears in two rows however long it lives: IOPDDL A's
+relaxation has 28k such rows and 2x112k of their entries.
 
 The bound never trusts the solver's objective value: from whatever row duals HiGHS returns (an
 interior point stopped early, without crossover, included) :func:`certified_bound` computes the
