@@ -170,3 +170,73 @@ def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
     assert "more than its share" in lp["skipped"] and "below 1" in lp["messages"]
     assert lp.get("method") != "messages"
     assert r.bound is None or r.bound <= 217039
+
+
+def _all_costs(net, node: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    """Every assignment's cost on the network's graph under ``node`` and ``edge`` (inf where an
+    entry is forbidden), by enumeration."""
+    grids = np.meshgrid(*[np.arange(int(k)) for k in net.k], indexing="ij")
+    values = np.stack([g.ravel() for g in grids], axis=1)
+    total = node[net.node_off[:-1] + values].sum(axis=1)
+    u, v = net.edges[:, 0], net.edges[:, 1]
+    total += edge[net.edge_off[:-1] + values[:, u] * net.k[v] + values[:, v]].sum(axis=1)
+    return total
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_reparametrised_costs_price_every_assignment_the_same(seed):
+    """After some sweeps at penalised node costs, the reparametrised network prices every
+    assignment of the grid as the penalised network does (forbidden ones forbidden), each of its
+    functions has least entry 0, and its constant is a lower bound on the penalised optimum: the
+    message bound's value."""
+    problem = grid(seed)
+    model = PenaltyModel.build(problem)
+    net = model.network
+    assert net is not None and len(net.edges) > 0
+    rng = np.random.default_rng(seed)
+    unary = net.penalised(model, rng.uniform(0.0, 3.0, model.n))
+    messages = Messages(net)
+    messages.reprice(unary)
+    for _ in range(int(rng.integers(1, 6))):
+        messages.sweep()
+    node, edge, constant = messages.reparametrised()
+    before = _all_costs(net, unary, net.edge)
+    after = _all_costs(net, node, edge) + constant
+    allowed = np.isfinite(before)
+    assert np.array_equal(allowed, np.isfinite(after))
+    assert np.allclose(after[allowed], before[allowed], rtol=1e-9, atol=1e-6)
+    assert np.array_equal(np.isinf(edge), np.isinf(net.edge))
+    for values, off in ((node, net.node_off), (edge, net.edge_off)):
+        low = segment_min(values, off)
+        assert np.all(low[np.isfinite(low)] == 0)
+    assert constant <= before[allowed].min() + 1e-6 * max(1.0, abs(before[allowed].min()))
+    assert constant == pytest.approx(_value(messages), rel=1e-9, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_run_after_the_messages_proves_the_exact_lagrangian_value(seed, monkeypatch):
+    """toulbar2 solves each grid exactly, with and without the message sweeps before it: both runs'
+    bounds are the Lagrangian's exact value at their prices (brute force over the penalised
+    network, within the rounding margin); the messages stay for the worker's next run."""
+    from stratopt.solvers.lagrange import runs
+
+    problem = grid(seed)
+    model, start, end = _model(problem)
+    net = model.network
+    assert net is not None
+    rng = np.random.default_rng(100 + seed)
+    prices = rng.uniform(0.0, 4.0, len(model.room))
+    weights = model.weights_of(prices, start, end)
+    penalised = net.penalised(model, weights)
+    costs = _all_costs(net, penalised, net.edge)
+    if not np.isfinite(costs).any():
+        return
+    exact = (costs.min() + net.shift + net.fixed_penalty(model, weights) - model.shift) / model.scale
+    exact = model.dual_value(weights, exact * model.scale, prices)
+    margin = (0.5 * (len(net.k) + len(net.edges)) + 1.0) / model.scale + 1e-9 * abs(exact)
+    for sweeps in (0, runs.REPARAM_SWEEPS):
+        monkeypatch.setattr(runs, "REPARAM_SWEEPS", sweeps)
+        runs._WARM.clear()
+        _, bound, _ = runs.run_penalised(model, weights, 10, 1, prices)
+        assert exact - margin <= bound <= exact + 1e-9 * max(1.0, abs(exact))
+    assert runs._WARM and runs._WARM[0][0] is net  # the messages stay for the next run

@@ -42,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
-from stratopt.solvers.lagrange.model import Network, PenaltyModel, segment_min
+from stratopt.solvers.lagrange.model import Network, PenaltyModel, segment_min, shift_to_zero
 from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, Relaxation, lp_bound
 
 __all__ = [
@@ -211,6 +211,21 @@ class Messages:
             mv[b.vmsg] = half_v - at_v
             phi[b.uch] = half_u
             phi[b.vch] = half_v
+
+    def reparametrised(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """The network's costs after the messages, ``unary`` in the node costs: (node costs, edge
+        costs, constant), each function shifted so that its least allowed entry is 0 and the
+        constant the sum of what was taken off, so that every assignment costs what it costs under
+        ``unary`` and the edges (up to floating-point rounding). The constant is the bound the
+        messages prove; forbidden entries stay ``inf``."""
+        net = self.net
+        moved, _, _ = self.parts()
+        node, node_taken = shift_to_zero(self.unary + moved, net.node_off)
+        if not len(net.edges):
+            return node, net.edge.copy(), node_taken
+        edge = np.where(np.isfinite(net.edge), net.edge - self.mu[self.ent_u] - self.mv[self.ent_v], np.inf)
+        edge, edge_taken = shift_to_zero(edge, net.edge_off)
+        return node, edge, node_taken + edge_taken
 
     def parts(self) -> tuple[np.ndarray, float, float]:
         """(the messages' sum per choice, the sum over edges of each one's least entry after its
