@@ -24,6 +24,8 @@ from stratopt import load_problem
 from stratopt.solvers.lagrange.messages import message_bound
 from stratopt.solvers.lagrange.model import PenaltyModel
 
+DEFAULT_SWEEPS = runs.REPARAM_SWEEPS  # the search's own count, for the warm row
+
 
 def penalised_cost(model: PenaltyModel, weights: np.ndarray, values: np.ndarray, prices: np.ndarray) -> float:
     """The Lagrangian's value at ``prices`` of the network's assignment ``values`` (problem units)."""
@@ -78,7 +80,7 @@ def main() -> None:
             if label == "warm":
                 runs.REPARAM_SWEEPS = 100
                 runs.reparametrised(model.network, model.network.penalised(model, 0.6 * weights), 1e9)  # type: ignore[union-attr]
-                bound, cost, swept, _ = run(model, weights, prices, args.seconds, runs_default)
+                bound, cost, swept, _ = run(model, weights, prices, args.seconds, DEFAULT_SWEEPS)
             else:
                 bound, cost, swept, _ = run(model, weights, prices, args.seconds, int(label))
             if not plain:
@@ -89,8 +91,6 @@ def main() -> None:
             print(f"| {label} | {swept:.1f} | {bound:.6g} | {shown} | {rel_b} | {rel_c} |", flush=True)
         print()
 
-
-runs_default = runs.REPARAM_SWEEPS
 
 if __name__ == "__main__":
     main()
