@@ -240,3 +240,28 @@ def test_a_run_after_the_messages_proves_the_exact_lagrangian_value(seed, monkey
         _, bound, _ = runs.run_penalised(model, weights, 10, 1, prices)
         assert exact - margin <= bound <= exact + 1e-9 * max(1.0, abs(exact))
     assert runs._WARM and runs._WARM[0][0] is net  # the messages stay for the next run
+
+
+def test_answer_runs_keep_the_plain_costs_and_an_oversized_reparametrisation_falls_back(monkeypatch):
+    """A run without prices (an answer run) sweeps no messages; a bound run whose reparametrised
+    costs would pass what toulbar2 is given takes the plain costs and still proves the exact
+    Lagrangian value."""
+    from stratopt.solvers.lagrange import runs
+
+    problem = grid(3)
+    model, start, end = _model(problem)
+    net = model.network
+    assert net is not None
+    prices = np.full(len(model.room), 1.5)
+    weights = model.weights_of(prices, start, end)
+    runs._WARM.clear()
+    runs.run_penalised(model, weights, 10, 1)
+    assert not runs._WARM
+    costs = _all_costs(net, net.penalised(model, weights), net.edge)
+    exact = model.dual_value(weights, costs.min() + net.shift + net.fixed_penalty(model, weights) - model.shift, prices)
+    margin = (0.5 * (len(net.k) + len(net.edges)) + 1.0) / model.scale + 1e-9 * abs(exact)
+    monkeypatch.setattr(runs, "_REPARAM_TOP", 0.0)
+    plain, constant = runs.reparametrised(net, net.penalised(model, weights), 10.0)
+    assert constant == 0.0 and plain.edge is net.edge
+    _, bound, _ = runs.run_penalised(model, weights, 10, 1, prices)
+    assert exact - margin <= bound <= exact + 1e-9 * max(1.0, abs(exact))

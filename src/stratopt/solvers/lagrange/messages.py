@@ -219,19 +219,23 @@ class Messages:
         ``unary`` and the edges (up to floating-point rounding). The constant is the bound the
         messages prove; forbidden entries stay ``inf``."""
         net = self.net
-        moved, _, _ = self.parts()
-        node, node_taken = shift_to_zero(self.unary + moved, net.node_off)
+        node, node_taken = shift_to_zero(self.unary + self._moved(), net.node_off)
         if not len(net.edges):
             return node, net.edge.copy(), node_taken
         edge = np.where(np.isfinite(net.edge), net.edge - self.mu[self.ent_u] - self.mv[self.ent_v], np.inf)
         edge, edge_taken = shift_to_zero(edge, net.edge_off)
         return node, edge, node_taken + edge_taken
 
+    def _moved(self) -> np.ndarray:
+        """The messages' sum per choice."""
+        n = len(self.unary)
+        return np.bincount(self.uchoice, self.mu, n) + np.bincount(self.vchoice, self.mv, n)
+
     def parts(self) -> tuple[np.ndarray, float, float]:
         """(the messages' sum per choice, the sum over edges of each one's least entry after its
         messages, the absolute size of the terms summed: a scale for rounding error)."""
         n = len(self.unary)
-        moved = np.bincount(self.uchoice, self.mu, n) + np.bincount(self.vchoice, self.mv, n)
+        moved = self._moved()
         if not len(self.net.edges):
             return moved, 0.0, 0.0
         rest = segment_min(self.theta - self.mu[self.ent_u] - self.mv[self.ent_v], self.net.edge_off)
