@@ -163,6 +163,7 @@ def _knapsack() -> StrategyProblem:
     )
 
 
+@pytest.mark.usefixtures("rows_not_kept")
 def test_the_search_runs_branch_and_cut_after_the_relaxation_and_takes_its_answer_not_its_bound():
     """Where the relaxation leaves a gap, the search (under a time limit) runs branch and cut after
     it; its answer is brute force's optimum, HiGHS's claim of a bound is in the stats, and the

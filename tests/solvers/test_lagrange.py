@@ -137,6 +137,7 @@ def test_least_usage_above_the_limit_is_a_proof():
     assert solve(p, "lagrange", workers=0).status is Status.INFEASIBLE
 
 
+@pytest.mark.usefixtures("search_never_closes")
 def test_worker_processes_give_the_same_kind_of_answer():
     """The same search in two worker processes: feasible, at least the optimum, bound below it."""
     p = load_problem("example")
@@ -145,6 +146,7 @@ def test_worker_processes_give_the_same_kind_of_answer():
     assert r.stats["runs"] == 4
 
 
+@pytest.mark.usefixtures("search_never_closes")
 def test_ray_tasks_give_the_same_kind_of_answer():
     """The same search as Ray tasks on a local Ray cluster: the model goes to the object store once,
     each task runs toulbar2, repairs and polishes; feasible, the optimum here, bound below it."""
@@ -408,6 +410,7 @@ def test_without_a_limit_one_run_takes_the_time():
     assert r.stats["runs"] == 1 and r.objective == solve(p, "brute").objective == 415
 
 
+@pytest.mark.usefixtures("rows_not_kept", "search_never_closes")
 def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     """Where toulbar2's runs use their whole time (no proofs), a run after every BOUND_EVERY - 1
     answer runs prices the slots for the bound with a fraction of the time, one that finds nothing
@@ -465,6 +468,7 @@ def test_run_length_follows_the_network_and_the_first_run():
     assert lagrange_solver.timed_seconds(0.1, 2.0) == 2.0  # nor over a short limit's quarter
 
 
+@pytest.mark.usefixtures("rows_not_kept", "search_never_closes")
 def test_the_first_run_stops_at_its_first_backtrack_and_times_the_others(monkeypatch):
     """With a time limit and no ``seconds``, the first run asks toulbar2 to stop at its first
     backtrack, only that one, and the later runs get the length its time gives; toulbar2's

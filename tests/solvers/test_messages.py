@@ -141,6 +141,7 @@ def test_g_bound_lies_below_its_optimum_and_within_ten_percent():
     assert 0.9 * 217039 <= got.bound <= 217039
 
 
+@pytest.mark.usefixtures("rows_not_kept")
 def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeypatch):
     """With the relaxation made too large for its share, the search runs the message bound in its
     place: the reason stays in the stats, the bound lies below the optimum, and the method is named
@@ -158,6 +159,7 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
         assert r.bound >= int(lp["bound"]) - 1
 
 
+@pytest.mark.usefixtures("rows_not_kept")
 def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
     """At the default share the message bound does not run (it cost the answer runs a worker for
     nothing measured); the stats say why."""

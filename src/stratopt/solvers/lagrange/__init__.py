@@ -50,7 +50,8 @@ network), :mod:`.toulbar` (one network through toulbar2), :mod:`.runs` (one pena
 reduced model, whose certified bound and slot prices start the ascent; its edges over the
 choices each tells apart, :mod:`.classes`), :mod:`.messages` (its
 dual by message passing where it is too large), :mod:`.branch` (branch and cut on it where it is
-small), :mod:`.workers`
+small), :mod:`.kept` (the bound with the usage rows kept as knapsacks, where they are few),
+:mod:`.workers`
 (processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
 """
 

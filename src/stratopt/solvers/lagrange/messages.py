@@ -41,9 +41,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
 from stratopt.solvers.lagrange.model import Network, PenaltyModel, segment_min, shift_to_zero
-from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, Relaxation, lp_bound
+from stratopt.solvers.lagrange.relaxation import LpBound, Relaxation
 
 __all__ = [
     "MESSAGE_METHOD",
@@ -52,7 +51,6 @@ __all__ = [
     "PRICE_RATE",
     "SWEEPS",
     "Messages",
-    "bound_job",
     "message_bound",
     "price_columns",
 ]
@@ -362,14 +360,3 @@ def message_bound(
         int(shape[0]),
         method="messages",
     )
-
-
-def bound_job(job: LpJob | BranchJob, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> LpBound:
-    """The relaxation's job: HiGHS on the relaxation (:func:`~.relaxation.lp_bound`) or, with
-    ``job.messages``, its dual by message passing (:func:`message_bound`), for ``job.seconds``;
-    or after it, branch and cut (:func:`~.branch.branch_bound`)."""
-    if isinstance(job, BranchJob):
-        return branch_bound(model, start, end, job)
-    if job.messages:
-        return message_bound(model, start, end, job.seconds)
-    return lp_bound(model, start, end, job.seconds)

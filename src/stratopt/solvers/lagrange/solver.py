@@ -17,13 +17,13 @@ from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Level, round_down
 from stratopt.solvers.lagrange.branch import ROOT_RATE, BranchJob
+from stratopt.solvers.lagrange.kept import KEPT_METHOD, KeptJob, bound_job, rows_fit
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.messages import (
     MESSAGE_METHOD,
     MESSAGE_MIN_SHARE,
     MESSAGE_PART,
     PRICE_RATE,
-    bound_job,
     price_columns,
 )
 from stratopt.solvers.lagrange.model import PenaltyModel
@@ -123,7 +123,7 @@ class Lagrange:
         ascent = Level(model, engine)
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
-        lp_job: LpJob | BranchJob | None = _relaxation_job(model, engine, bound_share, time_limit, stats)
+        lp_job: LpJob | BranchJob | KeptJob | None = _relaxation_job(model, engine, bound_share, time_limit, stats)
         if "skipped" in stats.get("lp", {}):
             instead = "; its dual by message passing instead" if lp_job is not None else ""
             clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}{instead}")
@@ -235,8 +235,9 @@ class Lagrange:
             stats["lp"] = {**stats.get("lp", {}), **search.lp}
         if search.branch is not None:
             stats["branch"] = search.branch
-        if search.bound_from in ("lp", "messages"):
-            stats["bound_method"] = LP_METHOD if search.bound_from == "lp" else MESSAGE_METHOD
+        methods = {"lp": LP_METHOD, "messages": MESSAGE_METHOD, "kept": KEPT_METHOD}
+        if search.bound_from in methods:
+            stats["bound_method"] = methods[search.bound_from]
         lower = round_down(problem, search.bound)
         out_of_time = clock.deadline is not None and clock.left() <= 0 and not search.closed()
         if search.best is None:
@@ -296,13 +297,17 @@ def timed_seconds(first_run: float, by_size: float) -> float:
 
 def _relaxation_job(
     model: PenaltyModel, engine: LocalEngine, share: float, time_limit: float | None, stats: dict[str, Any]
-) -> LpJob | None:
+) -> LpJob | KeptJob | None:
     """The relaxation's job where it applies (a usage limit and a share): HiGHS where its size
     fits in the share at :data:`LP_RATE`, else (the reason in ``stats["lp"]``) its dual climbed by
-    message passing for the share (:mod:`.messages`), where the network has edges."""
+    message passing for the share (:mod:`.messages`), where the network has edges; under a time
+    limit, where the usage rows are few, the bound with them kept (:mod:`.kept`) instead."""
     if not engine.has_limit or share <= 0:
         return None
     _, start, end = engine.problem.time_slots
+    if time_limit is not None and rows_fit(model, start, end):
+        stats["lp"] = {"kept": "the usage rows fit: kept as knapsack constraints"}
+        return KeptJob(share * time_limit)
     size = columns(model, start, end)
     seconds = None if time_limit is None else share * time_limit
     if seconds is not None and size > LP_RATE * seconds:
@@ -426,22 +431,27 @@ class _Search:
 
     def closed(self) -> bool:
         """Whether the bound has reached the best answer's cost (nothing left to find)."""
-        return self.best is not None and self.bound >= self.best_cost
+        return self.best is not None and round_down(self.problem, self.bound) >= self.best_cost
+
+    def _offer(self, assignment: np.ndarray | None) -> float:
+        """An assignment from a bound worker: its exact cost (inf where it breaks the limit or is
+        None), a cut for the level method, and the best answer where it is cheaper."""
+        final = None if assignment is None else evaluate(self.problem, assignment)
+        if assignment is None or final is None or not final.feasible:
+            return math.inf
+        cost = float(final.objective)
+        self.schedule.ascent.cut(assignment, cost)
+        self.elite.offer(assignment, cost)
+        if cost < self.best_cost:
+            self.best, self.best_cost = assignment, cost
+            if self.incumbent is not None:
+                self.incumbent(tuple(assignment.tolist()))
+        return cost
 
     def take_branch(self, outcome: LpBound) -> None:
         """Branch and cut ended: its answer where cheaper. Its bound is HiGHS's claim, kept in the
         stats but never taken (see :mod:`.branch`)."""
-        cost = math.inf
-        if outcome.assignment is not None:
-            final = evaluate(self.problem, outcome.assignment)
-            if final.feasible:
-                cost = float(final.objective)
-                self.schedule.ascent.cut(outcome.assignment, cost)
-                self.elite.offer(outcome.assignment, cost)
-                if cost < self.best_cost:
-                    self.best, self.best_cost = outcome.assignment, cost
-                    if self.incumbent is not None:
-                        self.incumbent(tuple(outcome.assignment.tolist()))
+        cost = self._offer(outcome.assignment)
         self.branch = {
             "status": outcome.status,
             "highs_bound": outcome.bound,
@@ -475,8 +485,11 @@ class _Search:
             self.bound, self.bound_from = outcome.bound, outcome.method
         if outcome.prices is not None:
             self.schedule.ascent.start_from(outcome.prices)
+        cost = self._offer(outcome.assignment)
+        if math.isfinite(cost):
+            self.lp["cost"] = cost
         shown = "no bound" if outcome.bound is None else f"bound {outcome.bound:.6g}"
-        what = "linear relaxation" if outcome.method == "lp" else "message passing, prices"
+        what = {"lp": "linear relaxation", "kept": "usage rows kept"}.get(outcome.method, "message passing, prices")
         self.say(
             f"{what} ({outcome.columns} columns, {outcome.rows} rows): {outcome.status}, {shown} "
             f"in {outcome.seconds:.1f} s; best bound {self.bound:.6g}"

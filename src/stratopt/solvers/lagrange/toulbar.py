@@ -21,6 +21,7 @@ def toulbar2(
     trws: float | None = None,
     first: bool = False,
     known: np.ndarray | None = None,
+    lds: int = 4,
 ) -> tuple[np.ndarray | None, float, int]:
     """One cost function network (float costs, ``inf`` forbidden, rounded here) solved by
     toulbar2, with optional knapsack rows ``(terms (variable, value, usage), capacity)``, after
@@ -28,8 +29,9 @@ def toulbar2(
     (values or None, its dual bound, the number of cost functions). ``first``: stop at the
     search's first backtrack (the answers of its first descent), within ``seconds`` still.
     ``known``: values (that meet the rows) whose cost is toulbar2's initial upper bound, so
-    that it looks only for answers that cost no more (None when it finds none in time). The
-    network's ``shift`` plays no part."""
+    that it looks only for answers that cost no more (None when it finds none in time). ``lds``:
+    the limited discrepancy search's first discrepancy limit (0: hybrid best-first search alone,
+    which proves more where it can finish). The network's ``shift`` plays no part."""
     import pytoulbar2
 
     k, node_off, edges, edge_off = network.k, network.node_off, network.edges, network.edge_off
@@ -52,7 +54,7 @@ def toulbar2(
             cfn.Option.trwsAccuracy = trws
         if first:
             cfn.Option.backtrackLimit = 1
-        return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows)
+        return _post_and_solve(cfn, k, node_off, node_int, edges, edge_off, edge_int, seconds, rows, lds)
     except (cfn.Contradiction, cfn.SolverOut):
         # An empty domain or a knapsack nothing meets (Contradiction) proves nothing to stop for:
         # the caller treats it as no answer.
@@ -76,8 +78,9 @@ def _post_and_solve(
     edge_int: np.ndarray,
     seconds: float,
     rows: Sequence[tuple[list[tuple[int, int, int]], int]],
+    lds: int,
 ) -> tuple[np.ndarray | None, float, int]:
-    cfn.Option.lds = 4  # limited discrepancy search first: good answers early (the contest winner's setting)
+    cfn.Option.lds = lds  # 4: limited discrepancy search first, good answers early (the contest winner's setting)
     wcsp = cfn.CFN.wcsp
     ks, off, eoff = k.tolist(), node_off.tolist(), edge_off.tolist()
     for v, kv in enumerate(ks):
