@@ -180,7 +180,8 @@ def summary(stderr_tail: str) -> tuple[str, str, str]:
 def why(tail: str, gap: float | None, cost: float) -> str:
     """Why the gap stays above 2%, from what the closing line says of lagrange's linear relaxation:
     its size against its share of the time (skipped), or how far its own certified bound lies
-    below the answer (it ran: no bound from that relaxation can do better)."""
+    below the answer (it ran: no bound from that relaxation can do better); or how far the bound
+    with the usage rows kept lies below it, and how many of its runs closed."""
     if gap is None or gap <= 0.02:
         return "-"
     skipped = re.search(
@@ -193,6 +194,10 @@ def why(tail: str, gap: float | None, cost: float) -> str:
     if skipped:
         cols, need, share = skipped.groups()
         return f"relaxation too large: {int(cols):,} columns, about {need} s against its {share} s"
+    kept = re.search(r"usage rows kept: bound (\S+) \((\d+) of its runs closed", tail)
+    if kept:
+        below = (cost - float(kept.group(1))) / cost
+        return f"the bound with the usage rows kept ({kept.group(2)} runs closed) is {below:.1%} below the answer"
     ran = re.search(r"relaxation: bound (\S+) \(", tail)
     if ran:
         return f"the relaxation's own bound is {(cost - float(ran.group(1))) / cost:.1%} below the answer"

@@ -123,3 +123,22 @@ def test_lagrange_keeps_the_rows_where_they_fit(seed):
     assert "kept" in r.stats["lp"] and r.stats["lp"]["method"] == "kept"
     assert r.bound == exact.objective and r.objective == exact.objective
     assert r.gap == 0 and r.limit is not Limit.TIME
+
+
+def test_the_closing_line_and_the_bench_say_what_the_rows_kept_gave():
+    """stratopt iopddl's closing line names the bound with the rows kept in the file's units, and
+    the bench's reason for a gap above 2% reads it back."""
+    import importlib.util
+    from pathlib import Path
+
+    from stratopt.solvers.contest import _relaxation
+
+    lp = {"kept": "fit", "method": "kept", "status": "3 of its runs closed (165 rows)", "bound": 10.5, "seconds": 2.0}
+    line = _relaxation({"beside": {"lp": lp}}, scale=2)
+    assert line == "; usage rows kept: bound 21 (3 of its runs closed (165 rows), 2.0 s)"
+    path = Path(__file__).parents[2] / "scripts" / "bench_iopddl.py"
+    spec = importlib.util.spec_from_file_location("bench_iopddl", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.why(line, 0.2, 25.0) == "the bound with the usage rows kept (3 runs closed) is 16.0% below the answer"

@@ -157,6 +157,8 @@ def _relaxation(stats: dict[str, Any], scale: int = 1) -> str:
     if not lp:
         return ""
     got = "no bound" if lp.get("bound") is None else f"bound {lp['bound'] * scale:.10g}"
+    if lp.get("method") == "kept":
+        return f"; usage rows kept: {got} ({lp['status']}, {lp['seconds']} s)"
     if "skipped" in lp and lp.get("method") == "messages":
         return f"; relaxation skipped: {lp['skipped']}; its dual by message passing: {got} ({lp['status']})"
     if "skipped" in lp:

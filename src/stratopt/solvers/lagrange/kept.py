@@ -33,7 +33,6 @@ relaxation or the message bound serve as before.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -43,8 +42,9 @@ import numpy as np
 
 from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
 from stratopt.solvers.lagrange.messages import Messages, message_bound
-from stratopt.solvers.lagrange.model import Network, PenaltyModel, finite_max_sum, interval_sum
+from stratopt.solvers.lagrange.model import Network, PenaltyModel, interval_sum
 from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, lp_bound
+from stratopt.solvers.lagrange.runs import reparametrised
 from stratopt.solvers.lagrange.toulbar import toulbar2
 
 __all__ = [
@@ -219,21 +219,7 @@ def kept_run(
     started = time.perf_counter()
     weights = model.weights_of(lam, start, end)
     node = net.penalised(model, weights)
-    network, constant = dataclasses.replace(net, node=node), 0.0
-    if len(net.edges):
-        messages.reprice(node)
-        stop = started + 0.1 * seconds
-        for _ in range(KEPT_SWEEPS):
-            messages.sweep()
-            if time.perf_counter() >= stop:
-                break
-        new_node, new_edge, constant = messages.reparametrised()
-        if finite_max_sum(new_node, net.node_off) + finite_max_sum(new_edge, net.edge_off) < 2.0**56:
-            size = float(np.abs(new_node[np.isfinite(new_node)]).sum() + np.abs(new_edge[np.isfinite(new_edge)]).sum())
-            network = dataclasses.replace(net, node=new_node, edge=new_edge)
-            constant -= 1e-12 * (size + abs(constant))
-        else:
-            constant = 0.0
+    network, constant = reparametrised(net, node, 0.1 * seconds, messages, KEPT_SWEEPS)
     left = max(1.0, seconds - (time.perf_counter() - started))
     values, dual, functions = toulbar2(network, left, seed + 1, rows=rows, lds=0)
     took = time.perf_counter() - started

@@ -133,20 +133,25 @@ def run_penalised(
     return a, bound, time.perf_counter() - started
 
 
-def reparametrised(net: Network, node: np.ndarray, seconds: float) -> tuple[Network, float]:
-    """The network with node costs ``node`` (scaled, penalties included) after this process's
-    messages, swept again at these costs (:data:`REPARAM_SWEEPS`, within ``seconds``), and the
-    constant they took out (what they prove, less a margin for floating-point rounding). The plain
-    network and 0 where the reparametrised costs would grow past what toulbar2 is given."""
+def reparametrised(
+    net: Network, node: np.ndarray, seconds: float, messages: Messages | None = None, sweeps: int | None = None
+) -> tuple[Network, float]:
+    """The network with node costs ``node`` (scaled, penalties included) after ``messages`` (by
+    default this process's), swept again at these costs (``sweeps``, by default
+    :data:`REPARAM_SWEEPS`, within ``seconds``), and the constant they took out (what they prove,
+    less a margin for floating-point rounding). The plain network and 0 where the reparametrised
+    costs would grow past what toulbar2 is given."""
     plain = dataclasses.replace(net, node=node)
-    if not len(net.edges) or REPARAM_SWEEPS <= 0:
+    sweeps = REPARAM_SWEEPS if sweeps is None else sweeps
+    if not len(net.edges) or sweeps <= 0:
         return plain, 0.0
-    if not _WARM or _WARM[0][0] is not net:
-        _WARM[:] = [(net, Messages(net))]
-    messages = _WARM[0][1]
+    if messages is None:
+        if not _WARM or _WARM[0][0] is not net:
+            _WARM[:] = [(net, Messages(net))]
+        messages = _WARM[0][1]
     deadline = time.perf_counter() + seconds
     messages.reprice(node)
-    for _ in range(REPARAM_SWEEPS):
+    for _ in range(sweeps):
         messages.sweep()
         if time.perf_counter() >= deadline:
             break
