@@ -17,7 +17,7 @@ search is: from good prices it closes quickly, and nearer zero it starts from le
 prove. So the prices come from message passing first (:func:`~.messages.message_bound`), then each
 run takes a fraction of them (:data:`KEPT_STEPS`), the next only where the last closed.
 
-On IOPDDL V (342 network vertices, 181 rows of 74k terms; this project's 2-core machine): the
+On IOPDDL V (342 network vertices, 163 rows of 68k terms; this project's 2-core machine): the
 message bound's prices after 20 s (its own bound 1.235e6, 23.6% below V's optimum 1617084),
 1000 sweeps at them (8 s), then toulbar2 with the rows closed in 16-21 s at a bound of 1.445e6
 (10.6% below the optimum); at the linear relaxation's prices (its own bound 1.293e6, 222 s of HiGHS)
@@ -106,10 +106,11 @@ def rows_fit(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> bool:
 
 
 def network_rows(model: PenaltyModel, start: np.ndarray, end: np.ndarray, max_terms: int) -> Rows | None:
-    """The usage limit as knapsack rows over the network's variables: one per slot where the
-    largest usages could break it (identical rows once), each ``(terms (variable, value, usage
-    above the least), capacity)``; None where the usages are not integers or the rows would hold
-    more than ``max_terms`` terms."""
+    """The usage limit as knapsack rows over the network's variables: one per stretch of slots
+    with the same penalised vertices live (its least room the capacity) where their largest
+    usages could break it, rows with the same terms once (the least capacity), each ``(terms
+    (variable, value, usage above the least), capacity)``; None where the usages are not integers
+    or the rows would hold more than ``max_terms`` terms."""
     net = model.network
     assert net is not None
     slots = len(model.room)
@@ -119,34 +120,34 @@ def network_rows(model: PenaltyModel, start: np.ndarray, end: np.ndarray, max_te
         return None
     var = np.searchsorted(net.node_off, pr, side="right") - 1
     fixed = model.excess[net.fixed_entry]
-    fixed_load = interval_sum(fixed, start[net.fixed_vertex], end[net.fixed_vertex], slots)
-    rows: Rows = []
-    seen: set[tuple[int, bytes]] = set()
+    room = model.room - interval_sum(fixed, start[net.fixed_vertex], end[net.fixed_vertex], slots)
+    # Between two slots where a penalised vertex starts or ends, the same ones are live.
+    cuts = np.unique(np.concatenate([start[pv], end[pv], [0, slots]]).clip(0, slots))
+    found: dict[bytes, tuple[list[tuple[int, int, int]], int]] = {}
     total = 0
-    for t in range(slots):
-        live = (start[pv] <= t) & (end[pv] > t)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        live = (start[pv] <= a) & (end[pv] > a)
         if not live.any():
             continue
         use = np.bincount(pr[live], excess[live], len(net.node))
-        vs = np.unique(var[live])
-        most = np.maximum.reduceat(use, net.node_off[:-1])[vs].sum()
-        capacity = int(model.room[t] - fixed_load[t])
+        most = np.maximum.reduceat(use, net.node_off[:-1])[np.unique(var[live])].sum()
+        capacity = int(room[a:b].min())
         if most <= capacity:
             continue
         at = np.flatnonzero(use > 0)
-        owners = np.searchsorted(net.node_off, at, side="right") - 1
-        key = (capacity, np.concatenate([at, use[at].astype(np.int64)]).tobytes())
-        if key in seen:
+        key = np.concatenate([at, use[at]]).astype(np.int64).tobytes()
+        if key in found:
+            terms, before = found[key]
+            found[key] = (terms, min(before, capacity))
             continue
-        seen.add(key)
         total += len(at)
         if total > max_terms:
             return None
+        owners = np.searchsorted(net.node_off, at, side="right") - 1
         values = at - net.node_off[owners]
-        rows.append(
-            (list(zip(owners.tolist(), values.tolist(), use[at].astype(np.int64).tolist(), strict=True)), capacity)
-        )
-    return rows
+        terms = list(zip(owners.tolist(), values.tolist(), use[at].astype(np.int64).tolist(), strict=True))
+        found[key] = (terms, capacity)
+    return list(found.values())
 
 
 def kept_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, seconds: float | None) -> LpBound:
