@@ -92,7 +92,9 @@ class Lagrange:
         the share of the time limit the linear relaxation may take in one worker, after the first
         answer run (:data:`~stratopt.solvers.lagrange.relaxation.BOUND_SHARE`; 0: no relaxation);
         it runs only where its size at :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE`
-        columns per second fits in that share, and its slot prices start the ascent. ``branch``: where
+        columns per second fits in that share, and its slot prices start the ascent; under a time
+        limit, where the usage rows are few, the bound with them kept takes the share instead
+        (:mod:`.kept`). ``branch``: where
         the relaxation ran and its network is small enough, branch and cut on it in one worker for
         the rest of the time (:mod:`.branch`), the search's best answer its start."""
         if not (isinstance(bound_share, (int, float)) and 0 <= bound_share <= 1):
