@@ -62,7 +62,7 @@ __all__ = [
     "rows_fit",
 ]
 
-#: The most terms the rows may hold in all for the bound to run (IOPDDL V: 74k; IOPDDL A, C, D,
+#: The most terms the rows may hold in all for the bound to run (IOPDDL V: 68k; IOPDDL A, C, D,
 #: P, with 28k-58k slots: more than 10^8).
 KEPT_MAX_TERMS = 1_000_000
 
@@ -180,8 +180,9 @@ def kept_bound(model: PenaltyModel, start: np.ndarray, end: np.ndarray, seconds:
         allowed = min(left if closed else left / 2, 3600.0)
         value, values, finished = kept_run(model, messages, lam, start, end, rows, allowed, closed)
         best = max(best, value)
-        if values is not None and _cost(net, values) < answer_cost:
-            answer, answer_cost = net.lift(values), _cost(net, values)
+        cost = math.inf if values is None else _cost(net, values)
+        if values is not None and cost < answer_cost:
+            answer, answer_cost = net.lift(values), cost
         if not finished:
             break
         closed += 1
