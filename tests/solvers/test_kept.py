@@ -53,8 +53,10 @@ def test_rows_are_refused_for_fractional_usages_or_too_many_terms():
     problem = grid(3)
     model, start, end = _setup(problem)
     assert kept.network_rows(model, start, end, 0) is None
+    assert kept.rows_fit(model, start, end)
     model.excess = model.excess + 0.5 * (model.excess > 0)
     assert kept.network_rows(model, start, end, kept.KEPT_MAX_TERMS) is None
+    assert not kept.rows_fit(model, start, end)  # so the relaxation keeps its place there
 
 
 @pytest.mark.parametrize("seed", range(12))

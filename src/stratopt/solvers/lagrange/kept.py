@@ -96,14 +96,21 @@ class KeptJob:
 
 
 def rows_fit(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> bool:
-    """Whether the rows may fit :data:`KEPT_MAX_TERMS` (a bound that costs nothing to compute:
-    each penalty term in a row for every slot of its interval; the rows merge terms of one
-    choice, so they hold fewer)."""
+    """Whether the rows can be written (integer usages) and may fit :data:`KEPT_MAX_TERMS` (a
+    bound that costs nothing to compute: each penalty term in a row for every slot of its
+    interval; the rows merge terms of one choice, so they hold fewer)."""
     net = model.network
-    if net is None or not len(net.k) or not net.pen_vertex.size:
+    if net is None or not len(net.k) or not net.pen_vertex.size or not _integral(model):
         return False
     pv = net.pen_vertex
     return int((end[pv] - start[pv]).sum()) <= 4 * KEPT_MAX_TERMS
+
+
+def _integral(model: PenaltyModel) -> bool:
+    """Whether the penalised usages and the room are integers (knapsack rows need them)."""
+    assert model.network is not None
+    excess = model.excess[model.network.pen_entry]
+    return bool(np.all(excess == np.round(excess)) and np.all(model.room == np.round(model.room)))
 
 
 def network_rows(model: PenaltyModel, start: np.ndarray, end: np.ndarray, max_terms: int) -> Rows | None:
@@ -117,7 +124,7 @@ def network_rows(model: PenaltyModel, start: np.ndarray, end: np.ndarray, max_te
     slots = len(model.room)
     pv, pr = net.pen_vertex, net.pen_row
     excess = model.excess[net.pen_entry]
-    if np.any(excess != np.round(excess)) or np.any(model.room != np.round(model.room)):
+    if not _integral(model):
         return None
     var = np.searchsorted(net.node_off, pr, side="right") - 1
     fixed = model.excess[net.fixed_entry]
