@@ -185,7 +185,9 @@ def why(tail: str, gap: float | None, cost: float) -> str:
     if gap is None or gap <= 0.02:
         return "-"
     skipped = re.search(
-        r"relaxation skipped: (\d+) columns, about (\d+) s at \d+ columns/s: more than its share \((\d+) s\)", tail
+        r"relaxation skipped: (\d+) columns, about (\d+) s at \d+ columns/s: more than (?:[\d.]+ of )?its share "
+        r"\((\d+) s\)",
+        tail,
     )
     passed = re.search(r"its dual by message passing: bound (\S+) \(", tail)
     if skipped and passed:

@@ -149,6 +149,7 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
     from stratopt.solvers.lagrange import solver
 
     monkeypatch.setattr(solver, "LP_RATE", 0.001)
+    monkeypatch.setattr(solver, "QUICK_PRICE_COLUMNS", 0)  # the path of the large price programmes
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     r = solve(problem, "lagrange", workers=0, time_limit=10, bound_share=1.0)
     lp = r.stats["lp"]
@@ -161,17 +162,99 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
 
 @pytest.mark.usefixtures("rows_not_kept")
 def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
-    """At the default share the message bound does not run (it cost the answer runs a worker for
-    nothing measured); the stats say why."""
+    """At the default share the message bound does not run where its prices' programme is large (it
+    cost the answer runs a worker for nothing measured); the stats say why."""
     from stratopt.solvers.lagrange import solver
 
     monkeypatch.setattr(solver, "LP_RATE", 0.001)
+    monkeypatch.setattr(solver, "QUICK_PRICE_COLUMNS", 0)
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     r = solve(problem, "lagrange", workers=0, time_limit=6)
     lp = r.stats["lp"]
     assert "more than its share" in lp["skipped"] and "below 1" in lp["messages"]
     assert lp.get("method") != "messages"
     assert r.bound is None or r.bound <= 217039
+
+
+@pytest.mark.usefixtures("rows_not_kept")
+def test_a_quick_message_bound_runs_at_the_default_share_and_stops_where_it_stalls(monkeypatch):
+    """Where the prices' programme is small and the relaxation would not fit LP_SAFE of its share,
+    the message bound takes the share at the default ``bound_share`` and stops where it stalls:
+    the reason and its status are in the stats, its bound lies below G's optimum (217039) and
+    within 10% of it."""
+    from stratopt.solvers.lagrange import solver
+
+    problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
+    model, start, end = _model(problem)
+    size = solver.columns(model, start, end)
+    # The relaxation fits its share (30 s of a 60 s limit), but not LP_SAFE of it.
+    monkeypatch.setattr(solver, "LP_RATE", size / (0.8 * 30.0))
+    stats: dict = {}
+    job = solver._relaxation_job(model, solver.LocalEngine(problem), 0.5, 60.0, stats)
+    assert job is not None and job.messages and job.stall and job.seconds == 30.0
+    assert "more than 0.6 of its share (30 s)" in stats["lp"]["skipped"]
+    monkeypatch.setattr(solver, "LP_RATE", 0.001)
+    r = solve(problem, "lagrange", workers=0, time_limit=4)
+    lp = r.stats["lp"]
+    assert lp["method"] == "messages" and "of its share" in lp["skipped"]
+    assert lp["status"].startswith(("stalled", "stopped at its time"))
+    assert lp["bound"] is not None and 0.9 * 217039 <= lp["bound"] <= 217039
+    assert r.bound is not None and r.bound <= 217039
+
+
+def test_the_stall_rule():
+    """Stalled only once STALL_ROUNDS rounds have passed with a rise of at most STALL_GAIN of the bound."""
+    from stratopt.solvers.lagrange.messages import STALL_GAIN, STALL_ROUNDS, _stalled
+
+    rising = [1000.0 + 10.0 * i for i in range(3 * STALL_ROUNDS)]
+    assert not _stalled(rising)
+    flat = rising[:STALL_ROUNDS] + [rising[STALL_ROUNDS - 1]] * (STALL_ROUNDS + 1)
+    assert _stalled(flat)
+    assert not _stalled(flat[:STALL_ROUNDS])  # too few rounds to tell
+    crawl = [1e6 * (1 + 0.5 * STALL_GAIN * i / STALL_ROUNDS) for i in range(STALL_ROUNDS + 1)]
+    assert _stalled(crawl)
+    climb = [1e6 * (1 + 2 * STALL_GAIN * i / STALL_ROUNDS) for i in range(STALL_ROUNDS + 1)]
+    assert not _stalled(climb)
+    assert not _stalled([-np.inf] + [5.0] * STALL_ROUNDS)  # from nothing to a bound is a rise
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_stalled_message_bound_stops_early_below_the_optimum(seed):
+    """With the stall rule, the message bound on a grid ends before its rounds are done, with a
+    bound no higher than brute force's optimum and no lower than its own first round's."""
+    problem = grid(seed)
+    exact = solve(problem, "brute")
+    if exact.status is not Status.OPTIMAL:
+        return
+    model, start, end = _model(problem)
+    first = message_bound(model, start, end, rounds=1)
+    got = message_bound(model, start, end, rounds=500, stall=True)
+    assert got.status.startswith("stalled")
+    assert int(got.status.split(": ")[1].split()[0]) < 500
+    assert got.bound is not None and first.bound is not None
+    assert first.bound - _slack(first.bound) <= got.bound <= exact.objective + _slack(exact.objective)
+
+
+@pytest.mark.parametrize("quick", [0, 10**9])
+@pytest.mark.parametrize("seed", range(6))
+def test_both_first_price_solves_bound_below_the_optimum(seed, quick, monkeypatch):
+    """The first price solve by the dual simplex (a programme above QUICK_PRICE_COLUMNS) or by the
+    interior point with crossover (below it), the warm primal simplex after either: every bound
+    stays below brute force's optimum, and 30 rounds from either end within 1% of each other."""
+    from stratopt.solvers.lagrange import messages
+
+    problem = grid(seed)
+    exact = solve(problem, "brute")
+    if exact.status is not Status.OPTIMAL:
+        return
+    model, start, end = _model(problem)
+    got = {}
+    for columns in (quick, 10**9 - quick):
+        monkeypatch.setattr(messages, "QUICK_PRICE_COLUMNS", columns)
+        got[columns] = message_bound(model, start, end, rounds=30).bound
+        assert got[columns] is not None and got[columns] <= exact.objective + _slack(exact.objective)
+    a, b = got.values()
+    assert abs(a - b) <= 0.01 * max(1.0, abs(exact.objective))
 
 
 def _all_costs(net, node: np.ndarray, edge: np.ndarray) -> np.ndarray:

@@ -48,8 +48,9 @@ def _add(sub: Any, func: Callable[[argparse.Namespace], int], **extra: Any) -> a
 _BOUND_SHARE_HELP = (
     "lagrange (alone or picked by auto): the share of the time limit its linear relaxation may take "
     "on one core, for the lower bound (default 0.5, or 0.85 beside an exact run; 0: none); where it is "
-    "too large and S is at least 1, its dual by message passing takes half that share; where the usage "
-    "rows are few, the bound with them kept as knapsacks takes the share instead"
+    "too large and S is at least 1, its dual by message passing takes half that share, and where its "
+    "prices' programme is small, the share until it stalls, at any S; where the usage rows are few, "
+    "the bound with them kept as knapsacks takes the share instead"
 )
 
 

@@ -251,5 +251,5 @@ def bound_job(job: LpJob | BranchJob | KeptJob, model: PenaltyModel, start: np.n
     if isinstance(job, BranchJob):
         return branch_bound(model, start, end, job)
     if job.messages:
-        return message_bound(model, start, end, job.seconds)
+        return message_bound(model, start, end, job.seconds, stall=job.stall)
     return lp_bound(model, start, end, job.seconds)

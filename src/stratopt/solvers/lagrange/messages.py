@@ -49,6 +49,9 @@ __all__ = [
     "MESSAGE_MIN_SHARE",
     "MESSAGE_PART",
     "PRICE_RATE",
+    "QUICK_PRICE_COLUMNS",
+    "STALL_GAIN",
+    "STALL_ROUNDS",
     "SWEEPS",
     "Messages",
     "message_bound",
@@ -79,6 +82,26 @@ MESSAGE_MIN_SHARE = 1.0
 #: bound runs where that first solve takes at most half its share of the time (later solves start
 #: from its basis: K's take 0.1-0.3 s).
 PRICE_RATE = 8000.0
+
+#: Where the prices' programme has at most this many columns, the message bound is quick: its
+#: rounds after the first take 0.02-0.5 s, and it may run at the default ``bound_share`` where the
+#: linear relaxation would not fit its share with room to spare (see
+#: :class:`~stratopt.solvers.lagrange.Lagrange`), stopping where it stalls
+#: (:data:`STALL_ROUNDS`). Its first, cold price solve is then HiGHS's interior point with
+#: crossover (a basis for the warm primal simplex after it) rather than the dual simplex. Measured
+#: on IOPDDL (this project's 2-core machine, the other core busy), the first solve took, by dual
+#: simplex and by interior point: A (24.6k columns) 8.8 s and 6.5 s, C (24.2k) 30 s and 9.2 s, D
+#: (28.8k) 14.1 s and 7.7 s, L (37.7k) 9.7 s and 7.8 s, Q (39.8k) 38.8 s and 19.4 s; on the larger
+#: programmes of networks with thousands of vertices the interior point was the slower one (K, 91k:
+#: 7.0 s and 11.6 s; M, 81k: 14.0 s and 38.2 s; S, 109k: 10.5 s and 21.2 s).
+QUICK_PRICE_COLUMNS = 50_000
+
+#: A quick message bound stops where its best bound has risen by at most STALL_GAIN of itself over
+#: the last STALL_ROUNDS rounds. Alone on IOPDDL (2 cores, the other busy): C's bound was 0.08% below
+#: its best answer known after 60 rounds (21.7 s), D's 1.8% after 140 (27 s), L's 0.3-0.4% after
+#: 40-60 (33-38 s), each then rising by less than 0.05% in 20 rounds.
+STALL_ROUNDS = 20
+STALL_GAIN = 1e-4
 
 #: How a bound from message passing was obtained (:attr:`~stratopt.solvers.base.Result.bound_method`).
 MESSAGE_METHOD = (
@@ -245,9 +268,11 @@ class _PriceLp:
     that HiGHS's simplex starts from the last basis (dual simplex the first time, then primal:
     only the costs move, so the last basis stays feasible)."""
 
-    def __init__(self, relax: Relaxation) -> None:
+    def __init__(self, relax: Relaxation, cold: str = "simplex") -> None:
         self.relax = relax
-        h = relax.highs("simplex")
+        h = relax.highs(cold)
+        if cold == "ipm":  # the interior point's crossover leaves the basis the simplex goes on from
+            h.setOptionValue("run_crossover", "on")
         self.h = h
         self.first = True
 
@@ -264,6 +289,7 @@ class _PriceLp:
         h.setOptionValue("time_limit", h.getRunTime() + max(1.0, seconds))
         h.run()
         if self.first:
+            h.setOptionValue("solver", "simplex")
             h.setOptionValue("simplex_strategy", 4)  # primal simplex from here on
             self.first = False
         solution = h.getSolution()
@@ -286,6 +312,14 @@ def price_columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> in
     return int(len(net.node) + segments - 1)
 
 
+def _stalled(trail: list[float]) -> bool:
+    """Whether the best bound rose by at most :data:`STALL_GAIN` of itself over the last
+    :data:`STALL_ROUNDS` rounds (``trail``: the best after each round)."""
+    if len(trail) <= STALL_ROUNDS or not math.isfinite(trail[-STALL_ROUNDS - 1]):
+        return False
+    return trail[-1] - trail[-STALL_ROUNDS - 1] <= STALL_GAIN * max(1.0, abs(trail[-1]))
+
+
 def message_bound(
     model: PenaltyModel,
     start: np.ndarray,
@@ -293,10 +327,14 @@ def message_bound(
     time_limit: float | None = None,
     rounds: int = 200,
     progress: Callable[[int, float, float], None] | None = None,
+    stall: bool = False,
 ) -> LpBound:
     """The Lagrangian dual climbed by message passing and price steps (see the module's
     docstring) for ``time_limit`` seconds (None: ``rounds`` rounds): the best round's proven
-    bound and its slot prices. ``progress(round, seconds, best bound)`` after each round."""
+    bound and its slot prices. ``progress(round, seconds, best bound)`` after each round.
+    ``stall``: stop early where the best bound has stalled (:data:`STALL_ROUNDS`, :data:`STALL_GAIN`).
+    The first price solve is the interior point's where the prices' programme is small
+    (:data:`QUICK_PRICE_COLUMNS`), else the dual simplex's."""
     t0 = time.perf_counter()
     net = model.network
     assert net is not None
@@ -309,6 +347,8 @@ def message_bound(
     lp: _PriceLp | None = None
     done = 0
     status = "stopped at its time" if time_limit is not None else "rounds done"
+    cold = "ipm" if price_columns(model, start, end) <= QUICK_PRICE_COLUMNS else "simplex"
+    trail: list[float] = []  # the best bound after each round, for the stall rule
     try:
         while done < rounds if time_limit is None else time.perf_counter() < deadline:
             done += 1
@@ -334,7 +374,7 @@ def message_bound(
                 if relax.infeasible or relax.matrix.shape[1] == 0:
                     status = "the usage rows cannot be met" if relax.infeasible else "nothing left to price"
                     break
-                lp = _PriceLp(relax)
+                lp = _PriceLp(relax, cold)
             assert lp is not None
             duals = lp.solve(node, (net.shift + floor) / model.scale, model.scale, min(left, 1e9))
             if duals is None:
@@ -346,6 +386,10 @@ def message_bound(
                 best, best_prices = certified, lam
             if progress is not None:
                 progress(done, time.perf_counter() - t0, best)
+            trail.append(best)
+            if stall and _stalled(trail):
+                status = "stalled"
+                break
     finally:
         if lp is not None:
             lp.close()

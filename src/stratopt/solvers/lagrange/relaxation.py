@@ -76,6 +76,9 @@ class LpJob:
 
     seconds: float | None
     messages: bool = False
+    #: With ``messages``: stop where the bound stalls (:data:`~.messages.STALL_ROUNDS`), giving
+    #: the worker back to the runs.
+    stall: bool = False
 
 
 def columns(model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> int:
