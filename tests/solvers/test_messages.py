@@ -146,10 +146,10 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
     """With the relaxation made too large for its share, the search runs the message bound in its
     place: the reason stays in the stats, the bound lies below the optimum, and the method is named
     where that bound is the result's."""
-    from stratopt.solvers.lagrange import solver
+    from stratopt.solvers.lagrange import jobs
 
-    monkeypatch.setattr(solver, "LP_RATE", 0.001)
-    monkeypatch.setattr(solver, "QUICK_PRICE_COLUMNS", 0)  # the path of the large price programmes
+    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
+    monkeypatch.setattr(jobs, "QUICK_PRICE_COLUMNS", 0)  # the path of the large price programmes
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     r = solve(problem, "lagrange", workers=0, time_limit=10, bound_share=1.0)
     lp = r.stats["lp"]
@@ -164,10 +164,10 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
 def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
     """At the default share the message bound does not run where its prices' programme is large (it
     cost the answer runs a worker for nothing measured); the stats say why."""
-    from stratopt.solvers.lagrange import solver
+    from stratopt.solvers.lagrange import jobs
 
-    monkeypatch.setattr(solver, "LP_RATE", 0.001)
-    monkeypatch.setattr(solver, "QUICK_PRICE_COLUMNS", 0)
+    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
+    monkeypatch.setattr(jobs, "QUICK_PRICE_COLUMNS", 0)
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     r = solve(problem, "lagrange", workers=0, time_limit=6)
     lp = r.stats["lp"]
@@ -182,18 +182,18 @@ def test_a_quick_message_bound_runs_at_the_default_share_and_stops_where_it_stal
     the message bound takes the share at the default ``bound_share`` and stops where it stalls:
     the reason and its status are in the stats, its bound lies below G's optimum (217039) and
     within 10% of it."""
-    from stratopt.solvers.lagrange import solver
+    from stratopt.solvers.lagrange import jobs
 
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     model, start, end = _model(problem)
-    size = solver.columns(model, start, end)
+    size = jobs.columns(model, start, end)
     # The relaxation fits its share (30 s of a 60 s limit), but not LP_SAFE of it.
-    monkeypatch.setattr(solver, "LP_RATE", size / (0.8 * 30.0))
+    monkeypatch.setattr(jobs, "LP_RATE", size / (0.8 * 30.0))
     stats: dict = {}
-    job = solver._relaxation_job(model, solver.LocalEngine(problem), 0.5, 60.0, stats)
+    job = jobs.relaxation_job(model, jobs.LocalEngine(problem), 0.5, 60.0, stats)
     assert job is not None and job.messages and job.stall and job.seconds == 30.0
     assert "more than 0.6 of its share (30 s)" in stats["lp"]["skipped"]
-    monkeypatch.setattr(solver, "LP_RATE", 0.001)
+    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
     r = solve(problem, "lagrange", workers=0, time_limit=4)
     lp = r.stats["lp"]
     assert lp["method"] == "messages" and "of its share" in lp["skipped"]

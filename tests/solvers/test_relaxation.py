@@ -123,10 +123,10 @@ def test_no_share_no_relaxation_and_a_bad_share_is_refused():
 
 @pytest.mark.usefixtures("rows_not_kept")
 def test_a_relaxation_too_large_for_its_share_is_skipped_with_the_reason(monkeypatch):
-    from stratopt.solvers.lagrange import solver
+    from stratopt.solvers.lagrange import jobs
 
-    monkeypatch.setattr(solver, "LP_RATE", 0.001)
-    monkeypatch.setattr(solver, "QUICK_PRICE_COLUMNS", 0)
+    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
+    monkeypatch.setattr(jobs, "QUICK_PRICE_COLUMNS", 0)
     r = solve(load_problem("example"), "lagrange", workers=2, time_limit=4)
     assert "more than its share" in r.stats["lp"]["skipped"]
     assert r.status is Status.FEASIBLE

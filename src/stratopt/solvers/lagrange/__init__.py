@@ -51,8 +51,8 @@ reduced model, whose certified bound and slot prices start the ascent; its edges
 choices each tells apart, :mod:`.classes`), :mod:`.messages` (its
 dual by message passing where it is too large), :mod:`.branch` (branch and cut on it where it is
 small), :mod:`.kept` (the bound with the usage rows kept as knapsacks, where they are few),
-:mod:`.workers`
-(processes or Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
+:mod:`.jobs` (which of these the bound worker gets, and running it), :mod:`.workers` (processes or
+Ray tasks) and :mod:`.solver` (:class:`Lagrange`, the outline).
 """
 
 from stratopt.solvers.lagrange.bound import Ascent, Level

@@ -41,10 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
 from stratopt.solvers.lagrange.messages import Messages, message_bound
 from stratopt.solvers.lagrange.model import Network, PenaltyModel, interval_sum
-from stratopt.solvers.lagrange.relaxation import LpBound, LpJob, lp_bound
+from stratopt.solvers.lagrange.relaxation import LpBound
 from stratopt.solvers.lagrange.runs import reparametrised
 from stratopt.solvers.lagrange.toulbar import toulbar2
 
@@ -55,7 +54,6 @@ __all__ = [
     "KEPT_STEPS",
     "KEPT_SWEEPS",
     "KeptJob",
-    "bound_job",
     "kept_bound",
     "kept_run",
     "network_rows",
@@ -239,17 +237,3 @@ def kept_run(
     finished = values is not None and took < seconds - 0.5
     penalised_bound = dual - 0.5 * functions + constant + net.shift + net.fixed_penalty(model, weights) - model.shift
     return model.dual_value(weights, penalised_bound, lam), values, finished
-
-
-def bound_job(job: LpJob | BranchJob | KeptJob, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> LpBound:
-    """The bound worker's job: HiGHS on the relaxation (:func:`~.relaxation.lp_bound`) or, with
-    ``job.messages``, its dual by message passing (:func:`~.messages.message_bound`), for
-    ``job.seconds``; after it, branch and cut (:func:`~.branch.branch_bound`); or the bound with
-    the rows kept (:func:`kept_bound`)."""
-    if isinstance(job, KeptJob):
-        return kept_bound(model, start, end, job.seconds)
-    if isinstance(job, BranchJob):
-        return branch_bound(model, start, end, job)
-    if job.messages:
-        return message_bound(model, start, end, job.seconds, stall=job.stall)
-    return lp_bound(model, start, end, job.seconds)

@@ -17,18 +17,12 @@ from stratopt.problem import StrategyProblem, evaluate
 from stratopt.solvers.base import Limit, Result, Status
 from stratopt.solvers.lagrange.bound import Level, round_down
 from stratopt.solvers.lagrange.branch import ROOT_RATE, BranchJob
-from stratopt.solvers.lagrange.kept import KEPT_METHOD, KeptJob, bound_job, rows_fit
+from stratopt.solvers.lagrange.jobs import bound_job, relaxation_job
+from stratopt.solvers.lagrange.kept import KEPT_METHOD, KeptJob
 from stratopt.solvers.lagrange.merge import Elite, Merged, MergeJob, merge_job
-from stratopt.solvers.lagrange.messages import (
-    MESSAGE_METHOD,
-    MESSAGE_MIN_SHARE,
-    MESSAGE_PART,
-    PRICE_RATE,
-    QUICK_PRICE_COLUMNS,
-    price_columns,
-)
+from stratopt.solvers.lagrange.messages import MESSAGE_METHOD
 from stratopt.solvers.lagrange.model import PenaltyModel
-from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LP_RATE, LpBound, LpJob, columns
+from stratopt.solvers.lagrange.relaxation import BOUND_SHARE, LP_METHOD, LpBound, LpJob
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt
 from stratopt.solvers.lagrange.schedule import Schedule, Weights
 from stratopt.solvers.lagrange.workers import ProcessPool, RayPool
@@ -96,7 +90,7 @@ class Lagrange:
         columns per second fits in that share, and its slot prices start the ascent; under a time
         limit, where the usage rows are few, the bound with them kept takes the share instead
         (:mod:`.kept`), and where the prices of the relaxation's dual are quick to find and the
-        relaxation would not fit :data:`LP_SAFE` of the share, its dual by message passing takes
+        relaxation would not fit :data:`~stratopt.solvers.lagrange.jobs.LP_SAFE` of the share, its dual by message passing takes
         the share until it stalls (:mod:`.messages`). ``branch``: where
         the relaxation ran and its network is small enough, branch and cut on it in one worker for
         the rest of the time (:mod:`.branch`), the search's best answer its start."""
@@ -128,7 +122,7 @@ class Lagrange:
         ascent = Level(model, engine)
         schedule = Schedule(model, Weights(model, unit), ascent, rng, seconds, engine.has_limit)
         search = _Search(problem, model, engine, schedule, incumbent, clock.say)
-        lp_job: LpJob | BranchJob | KeptJob | None = _relaxation_job(model, engine, bound_share, time_limit, stats)
+        lp_job: LpJob | BranchJob | KeptJob | None = relaxation_job(model, engine, bound_share, time_limit, stats)
         if "skipped" in stats.get("lp", {}):
             instead = "; its dual by message passing instead" if lp_job is not None else ""
             clock.say(f"linear relaxation skipped: {stats['lp']['skipped']}{instead}")
@@ -298,65 +292,6 @@ def timed_seconds(first_run: float, by_size: float) -> float:
     backtrack: :data:`FIRST_RUN_FACTOR` times that, at least :data:`RUN_SECONDS_MIN` (or
     ``by_size`` where that is less) and at most ``by_size`` (:func:`run_seconds`)."""
     return min(by_size, max(min(RUN_SECONDS_MIN, by_size), FIRST_RUN_FACTOR * first_run))
-
-
-#: Where the message bound is quick (the prices' programme has at most
-#: :data:`~stratopt.solvers.lagrange.messages.QUICK_PRICE_COLUMNS` columns), the linear relaxation
-#: runs only where its size at :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE` fits this part
-#: of its share; elsewhere the message bound takes the share and stops where it stalls. The rate is
-#: an average and the machine's load moves it: IOPDDL C and D, whose relaxations need about 0.8 of
-#: their 30 s share at that rate, gave no duals in it in some searches (D then ended at a gap of
-#: 3.9-6.6%, 1.8% when they came), while the message bound alone reached 0.08% (C) and 1.8% (D)
-#: below their best answers in 22-27 s, and L (its relaxation skipped, 2.33M columns) 0.4% in 33 s.
-LP_SAFE = 0.6
-
-
-def _relaxation_job(
-    model: PenaltyModel, engine: LocalEngine, share: float, time_limit: float | None, stats: dict[str, Any]
-) -> LpJob | KeptJob | None:
-    """The relaxation's job where it applies (a usage limit and a share): HiGHS where its size
-    fits in the share at :data:`LP_RATE`, else (the reason in ``stats["lp"]``) its dual climbed by
-    message passing for the share (:mod:`.messages`), where the network has edges; under a time
-    limit, where the usage rows are few, the bound with them kept (:mod:`.kept`) instead; where the
-    message bound is quick and the relaxation would not fit :data:`LP_SAFE` of the share, the
-    message bound until it stalls."""
-    if not engine.has_limit or share <= 0:
-        return None
-    _, start, end = engine.problem.time_slots
-    if time_limit is not None and rows_fit(model, start, end):
-        stats["lp"] = {"kept": "the usage rows fit: kept as knapsack constraints"}
-        return KeptJob(share * time_limit)
-    size = columns(model, start, end)
-    seconds = None if time_limit is None else share * time_limit
-    network = model.network
-    quick = network is not None and len(network.edges) > 0 and price_columns(model, start, end) <= QUICK_PRICE_COLUMNS
-    if seconds is not None and quick and size > LP_SAFE * LP_RATE * seconds:
-        stats["lp"] = {
-            "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
-            f"more than {LP_SAFE:g} of its share ({seconds:.0f} s), where the prices' programme is small",
-            "columns": size,
-        }
-        return LpJob(seconds, messages=True, stall=True)
-    if seconds is not None and size > LP_RATE * seconds:
-        stats["lp"] = {
-            "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
-            f"more than its share ({seconds:.0f} s)",
-            "columns": size,
-        }
-        if network is None or not len(network.edges):
-            return None
-        if share < MESSAGE_MIN_SHARE:
-            stats["lp"]["messages"] = f"not run: bound_share {share:g} is below {MESSAGE_MIN_SHARE:g}"
-            return None
-        priced = price_columns(model, start, end)
-        seconds *= MESSAGE_PART
-        if priced > PRICE_RATE * seconds / 2:
-            stats["lp"]["messages"] = (
-                f"not run: its prices' first solve ({priced} columns) needs more than half the share"
-            )
-            return None
-        return LpJob(seconds, messages=True)
-    return LpJob(seconds)
 
 
 def _branch_job(search: _Search, outcome: LpBound, job: Any, clock: _Clock) -> BranchJob | None:

@@ -10,7 +10,8 @@ from typing import Any
 
 from stratopt.errors import SolverUnavailableError
 from stratopt.solvers.lagrange.branch import BranchJob
-from stratopt.solvers.lagrange.kept import KeptJob, bound_job
+from stratopt.solvers.lagrange.jobs import bound_job
+from stratopt.solvers.lagrange.kept import KeptJob
 from stratopt.solvers.lagrange.merge import Merged, MergeJob, merge_job
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import LpBound, LpJob
@@ -50,7 +51,7 @@ def do(
     model: PenaltyModel, engine: LocalEngine, job: Run | LpJob | BranchJob | KeptJob | MergeJob, budget: float | None
 ) -> Outcome:
     """One job: a penalised run (:func:`attempt`, ``budget`` its seconds for repair and polish),
-    a bound (:func:`~stratopt.solvers.lagrange.kept.bound_job`) or a merge of
+    a bound (:func:`~stratopt.solvers.lagrange.jobs.bound_job`) or a merge of
     two answers (:func:`~stratopt.solvers.lagrange.merge.merge_job`)."""
     if isinstance(job, (LpJob, BranchJob, KeptJob)):
         _, start, end = engine.problem.time_slots
