@@ -54,7 +54,9 @@ def relaxation_job(
     size = columns(model, start, end)
     seconds = None if time_limit is None else share * time_limit
     network = model.network
-    quick = network is not None and len(network.edges) > 0 and price_columns(model, start, end) <= QUICK_PRICE_COLUMNS
+    edges = network is not None and len(network.edges) > 0
+    priced = price_columns(model, start, end) if edges else 0
+    quick = edges and priced <= QUICK_PRICE_COLUMNS
     if seconds is not None and quick and size > LP_SAFE * LP_RATE * seconds:
         stats["lp"] = {
             "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
@@ -68,12 +70,11 @@ def relaxation_job(
             f"more than its share ({seconds:.0f} s)",
             "columns": size,
         }
-        if network is None or not len(network.edges):
+        if not edges:
             return None
         if share < MESSAGE_MIN_SHARE:
             stats["lp"]["messages"] = f"not run: bound_share {share:g} is below {MESSAGE_MIN_SHARE:g}"
             return None
-        priced = price_columns(model, start, end)
         seconds *= MESSAGE_PART
         if priced > PRICE_RATE * seconds / 2:
             stats["lp"]["messages"] = (

@@ -86,7 +86,7 @@ PRICE_RATE = 8000.0
 #: Where the prices' programme has at most this many columns, the message bound is quick: its
 #: rounds after the first take 0.02-0.5 s, and it may run at the default ``bound_share`` where the
 #: linear relaxation would not fit its share with room to spare (see
-#: :class:`~stratopt.solvers.lagrange.Lagrange`), stopping where it stalls
+#: :func:`~stratopt.solvers.lagrange.jobs.relaxation_job`), stopping where it stalls
 #: (:data:`STALL_ROUNDS`). Its first, cold price solve is then HiGHS's interior point with
 #: crossover (a basis for the warm primal simplex after it) rather than the dual simplex. Measured
 #: on IOPDDL (this project's 2-core machine, the other core busy), the first solve took, by dual
