@@ -23,6 +23,7 @@ import networkx as nx
 import numpy as np
 
 from stratopt import load_problem
+from stratopt.errors import StratoptError
 from stratopt.solvers.dp import default_memory_cap
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.orderings import plan
@@ -47,7 +48,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for file in args.files:
         t0 = time.perf_counter()
-        problem = load_problem(file)
+        try:
+            problem = load_problem(file)
+        except StratoptError as exc:
+            raise SystemExit(f"network_widths: {exc}") from None
         net = PenaltyModel.build(problem).network
         assert net is not None
         graph = nx.Graph()
@@ -57,7 +61,10 @@ def main() -> None:
         adj = {v: set(core[v]) for v in core}
         k = [int(x) for x in net.k]
         orders = ["min-degree", "min-size"] + (["min-fill"] if len(adj) <= MIN_FILL_CORE else [])
-        name = Path(file).name
+        head = (
+            f"| {Path(file).name} | {len(net.k)} | {len(net.edges)} | {nx.number_connected_components(graph)} | "
+            f"{len(adj)} | {int(np.max(net.k)) if len(net.k) else 0}"
+        )
         for ordering in orders:
             found = plan(adj, k, ordering) if adj else None
             width = found.width if found else 0
@@ -65,9 +72,7 @@ def main() -> None:
             total = found.total_entries if found else 0
             fits = "yes" if total * 8 <= cap else "no"
             print(
-                f"| {name} | {len(net.k)} | {len(net.edges)} | {nx.number_connected_components(graph)} | {len(adj)} | "
-                f"{int(np.max(net.k)) if len(net.k) else 0} | {ordering} | {width} | {largest:.2e} | {total:.2e} | "
-                f"{fits} | {time.perf_counter() - t0:.1f} |",
+                f"{head} | {ordering} | {width} | {largest:.2e} | {total:.2e} | {fits} | {time.perf_counter() - t0:.1f} |",
                 flush=True,
             )
 
