@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def main() -> None:
         try:
             problem = load_problem(file)
         except StratoptError as exc:
-            raise SystemExit(f"network_widths: {exc}") from None
+            print(f"network_widths: {exc}", file=sys.stderr)
+            sys.exit(2)
         net = PenaltyModel.build(problem).network
         assert net is not None
         graph = nx.Graph()
