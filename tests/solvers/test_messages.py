@@ -149,11 +149,10 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
     from stratopt.solvers.lagrange import jobs
 
     monkeypatch.setattr(jobs, "LP_RATE", 0.001)
-    monkeypatch.setattr(jobs, "QUICK_PRICE_COLUMNS", 0)  # the path of the large price programmes
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
     r = solve(problem, "lagrange", workers=0, time_limit=10, bound_share=1.0)
     lp = r.stats["lp"]
-    assert "more than its share" in lp["skipped"] and lp["method"] == "messages"
+    assert "of its share" in lp["skipped"] and lp["method"] == "messages"
     assert lp["bound"] is not None and lp["bound"] <= 217039
     assert r.bound is not None and r.bound <= 217039
     if r.stats.get("bound_method") == MESSAGE_METHOD:
@@ -161,19 +160,20 @@ def test_lagrange_uses_message_passing_where_the_relaxation_is_too_large(monkeyp
 
 
 @pytest.mark.usefixtures("rows_not_kept")
-def test_the_message_bound_waits_for_a_share_of_one(monkeypatch):
-    """At the default share the message bound does not run where its prices' programme is large (it
-    cost the answer runs a worker for nothing measured); the stats say why."""
+def test_the_message_bound_takes_the_share_whatever_the_size_and_no_share_none(monkeypatch):
+    """Where the relaxation would not fit its share, the message bound takes the share (half the
+    limit at the default) and stops where it stalls, however large the network: its price steps
+    stay small. At a share of 0 there is no bound job at all."""
     from stratopt.solvers.lagrange import jobs
 
-    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
-    monkeypatch.setattr(jobs, "QUICK_PRICE_COLUMNS", 0)
     problem = load_problem("../shared/iopddl/asplos-2025-iopddl-G.json.gz")
-    r = solve(problem, "lagrange", workers=0, time_limit=6)
-    lp = r.stats["lp"]
-    assert "more than its share" in lp["skipped"] and "below 1" in lp["messages"]
-    assert lp.get("method") != "messages"
-    assert r.bound is None or r.bound <= 217039
+    model, _, _ = _model(problem)
+    monkeypatch.setattr(jobs, "LP_RATE", 0.001)
+    stats: dict = {}
+    job = jobs.relaxation_job(model, jobs.LocalEngine(problem), 0.5, 120.0, stats)
+    assert job is not None and job.messages and job.stall and job.seconds == 60.0
+    assert "more than 0.6 of its share (60 s)" in stats["lp"]["skipped"]
+    assert jobs.relaxation_job(model, jobs.LocalEngine(problem), 0.0, 120.0, {}) is None
 
 
 @pytest.mark.usefixtures("rows_not_kept")
@@ -238,8 +238,9 @@ def test_a_stalled_message_bound_stops_early_below_the_optimum(seed):
 @pytest.mark.parametrize("quick", [0, 10**9])
 @pytest.mark.parametrize("seed", range(6))
 def test_both_first_price_solves_bound_below_the_optimum(seed, quick, monkeypatch):
-    """The first price solve by the dual simplex (a programme above QUICK_PRICE_COLUMNS) or by the
-    interior point with crossover (below it), the warm primal simplex after either: every bound
+    """The whole programme's price step (``price="lp"``), its first solve by the dual simplex (a
+    programme above QUICK_PRICE_COLUMNS) or by the interior point with crossover (below it), the
+    warm primal simplex after either: every bound
     stays below brute force's optimum, and 30 rounds from either end within 1% of each other."""
     from stratopt.solvers.lagrange import messages
 
@@ -251,7 +252,7 @@ def test_both_first_price_solves_bound_below_the_optimum(seed, quick, monkeypatc
     got = {}
     for columns in (quick, 10**9 - quick):
         monkeypatch.setattr(messages, "QUICK_PRICE_COLUMNS", columns)
-        got[columns] = message_bound(model, start, end, rounds=30).bound
+        got[columns] = message_bound(model, start, end, rounds=30, price="lp").bound
         assert got[columns] is not None and got[columns] <= exact.objective + _slack(exact.objective)
     a, b = got.values()
     assert abs(a - b) <= 0.01 * max(1.0, abs(exact.objective))

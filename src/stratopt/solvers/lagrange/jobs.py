@@ -10,14 +10,7 @@ import numpy as np
 
 from stratopt.solvers.lagrange.branch import BranchJob, branch_bound
 from stratopt.solvers.lagrange.kept import KeptJob, kept_bound, rows_fit
-from stratopt.solvers.lagrange.messages import (
-    MESSAGE_MIN_SHARE,
-    MESSAGE_PART,
-    PRICE_RATE,
-    QUICK_PRICE_COLUMNS,
-    message_bound,
-    price_columns,
-)
+from stratopt.solvers.lagrange.messages import message_bound
 from stratopt.solvers.lagrange.model import PenaltyModel
 from stratopt.solvers.lagrange.relaxation import LP_RATE, LpBound, LpJob, columns, lp_bound
 from stratopt.solvers.local_search import LocalEngine
@@ -25,26 +18,27 @@ from stratopt.solvers.local_search import LocalEngine
 __all__ = ["LP_SAFE", "bound_job", "relaxation_job"]
 
 
-#: Where the message bound is quick (the prices' programme has at most
-#: :data:`~stratopt.solvers.lagrange.messages.QUICK_PRICE_COLUMNS` columns), the linear relaxation
-#: runs only where its size at :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE` fits this part
-#: of its share; elsewhere the message bound takes the share and stops where it stalls. The rate is
-#: an average and the machine's load moves it: IOPDDL C and D, whose relaxations need about 0.8 of
-#: their 30 s share at that rate, gave no duals in it in some searches (D then ended at a gap of
-#: 3.9-6.6%, 1.8% when they came), while the message bound alone reached 0.08% (C) and 1.8% (D)
-#: below their best answers in 22-27 s, and L (its relaxation skipped, 2.33M columns) 0.4% in 33 s.
+#: The linear relaxation runs only where its size at
+#: :data:`~stratopt.solvers.lagrange.relaxation.LP_RATE` fits this part of its share; elsewhere
+#: (where the network has edges) the message bound takes the share and stops where it stalls. The
+#: rate is an average and the machine's load moves it: IOPDDL C and D, whose relaxations need
+#: about 0.8 of their 30 s share at that rate, gave no duals in it in some searches (D then ended at
+#: a gap of 3.9-6.6%, 1.8% when they came), while the message bound alone reached 0.08% (C) and
+#: 1.8% (D) below their best answers in 22-27 s, and L (its relaxation skipped, 2.33M columns)
+#: 0.4% in 33 s.
 LP_SAFE = 0.6
 
 
 def relaxation_job(
     model: PenaltyModel, engine: LocalEngine, share: float, time_limit: float | None, stats: dict[str, Any]
 ) -> LpJob | KeptJob | None:
-    """The relaxation's job where it applies (a usage limit and a share): HiGHS where its size
-    fits in the share at :data:`~.relaxation.LP_RATE`, else (the reason in ``stats["lp"]``) its dual climbed by
-    message passing for the share (:mod:`.messages`), where the network has edges; under a time
-    limit, where the usage rows are few, the bound with them kept (:mod:`.kept`) instead; where the
-    message bound is quick and the relaxation would not fit :data:`LP_SAFE` of the share, the
-    message bound until it stalls."""
+    """The relaxation's job where it applies (a usage limit and a share): under a time limit,
+    where the usage rows are few, the bound with them kept (:mod:`.kept`); HiGHS on the relaxation
+    where its size fits :data:`LP_SAFE` of the share at :data:`~.relaxation.LP_RATE` (without a
+    time limit, always; where the network has no edges, where it fits the whole share); else (the
+    reason in ``stats["lp"]``), where the network has edges, its dual by message passing for the
+    share, stopping where it stalls (:mod:`.messages`: its price steps by row generation stay
+    small whatever the programme's size)."""
     if not engine.has_limit or share <= 0:
         return None
     _, start, end = engine.problem.time_slots
@@ -52,37 +46,23 @@ def relaxation_job(
         stats["lp"] = {"kept": "the usage rows fit: kept as knapsack constraints"}
         return KeptJob(share * time_limit)
     size = columns(model, start, end)
-    seconds = None if time_limit is None else share * time_limit
+    if time_limit is None:
+        return LpJob(None)
+    seconds = share * time_limit
+    if size <= LP_SAFE * LP_RATE * seconds:
+        return LpJob(seconds)
     network = model.network
-    edges = network is not None and len(network.edges) > 0
-    priced = price_columns(model, start, end) if edges else 0
-    quick = edges and priced <= QUICK_PRICE_COLUMNS
-    if seconds is not None and quick and size > LP_SAFE * LP_RATE * seconds:
-        stats["lp"] = {
-            "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
-            f"more than {LP_SAFE:g} of its share ({seconds:.0f} s), where the prices' programme is small",
-            "columns": size,
-        }
-        return LpJob(seconds, messages=True, stall=True)
-    if seconds is not None and size > LP_RATE * seconds:
-        stats["lp"] = {
-            "skipped": f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s: "
-            f"more than its share ({seconds:.0f} s)",
-            "columns": size,
-        }
-        if not edges:
-            return None
-        if share < MESSAGE_MIN_SHARE:
-            stats["lp"]["messages"] = f"not run: bound_share {share:g} is below {MESSAGE_MIN_SHARE:g}"
-            return None
-        seconds *= MESSAGE_PART
-        if priced > PRICE_RATE * seconds / 2:
-            stats["lp"]["messages"] = (
-                f"not run: its prices' first solve ({priced} columns) needs more than half the share"
-            )
-            return None
-        return LpJob(seconds, messages=True)
-    return LpJob(seconds)
+    if network is None or not len(network.edges):  # no message bound: HiGHS where it fits at all
+        if size <= LP_RATE * seconds:
+            return LpJob(seconds)
+        stats["lp"] = {"skipped": f"{_about(size)}: more than its share ({seconds:.0f} s)", "columns": size}
+        return None
+    stats["lp"] = {"skipped": f"{_about(size)}: more than {LP_SAFE:g} of its share ({seconds:.0f} s)", "columns": size}
+    return LpJob(seconds, messages=True, stall=True)
+
+
+def _about(size: int) -> str:
+    return f"{size} columns, about {size / LP_RATE:.0f} s at {LP_RATE:.0f} columns/s"
 
 
 def bound_job(job: LpJob | BranchJob | KeptJob, model: PenaltyModel, start: np.ndarray, end: np.ndarray) -> LpBound:

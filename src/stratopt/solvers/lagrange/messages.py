@@ -19,16 +19,20 @@ blocks, each exact:
   (:class:`Messages`); every update keeps or raises the bound;
 - **prices, messages fixed**: the bound is then the Lagrangian of a problem without edges, whose
   best prices are the duals of its linear programme (one-hot rows and the usage rows of
-  :class:`~stratopt.solvers.lagrange.relaxation.Relaxation`, no pair columns): HiGHS's simplex,
-  warm-started from the previous round's basis (only the costs change between rounds).
+  :class:`~stratopt.solvers.lagrange.relaxation.Relaxation`, no pair columns). Few of its usage
+  rows bind, so it is solved by row generation over them (:class:`~.prices.PriceRows`: the rows
+  kept from round to round, HiGHS warm while they stay the same); ``price="lp"`` solves the whole
+  programme instead, HiGHS's simplex warm-started from the previous round's basis.
 
-A round is :data:`SWEEPS` sweeps of messages and one price step; the rounds are cheap (IOPDDL K,
-5,186 vertices and 1.6M pair entries: 0.03 s a sweep, 0.7 s a price step at first and 0.1-0.3 s
-once the prices settle), and the bound rises with their count, not with how far each sweep goes
-(in a first version, 100, 25, 5 and 2 sweeps a round gave the same bound per round on K). On K
-alone this module's bound reaches 1.92e9 after 100 rounds (65 s) and 2.02e9 after 400 (148 s),
-against 2.21e9 for the best answer known; the toulbar2 bound runs' level method reaches about
-1.82e9 in a whole search (``scripts/bench_messages.py``).
+A round is :data:`SWEEPS` sweeps of messages and one price step, and the bound rises with the
+rounds' count, not with how far each sweep goes (in a first version, 100, 25, 5 and 2 sweeps a
+round gave the same bound per round on IOPDDL K). Alone on this project's 2-core machine
+(``scripts/bench_messages.py``, 2026-12-02), the rows step gives the whole programme's bound
+round for round, and its rounds stay small where the whole programme is large: on T (59,397
+vertices; the whole programme 585k columns, whose cold solve took 154 s) the first round takes 7 s
+and the next 0.3 s each (the kept programme about 140 rows over 9,800 vertices): 10 rounds in 17 s
+(278 s with the whole programme), 40 in 28 s (388 s), 350 in 119 s, the bound then 3.0% below T's
+best answer known; on K 433 rounds in 90 s (2.02e9 against 2.21e9).
 The bound reported is the best of every round's value, each computed afresh from the messages and
 prices (never from the solver's objective).
 """
@@ -42,13 +46,12 @@ from collections.abc import Callable
 import numpy as np
 
 from stratopt.solvers.lagrange.model import Network, PenaltyModel, segment_min, shift_to_zero
+from stratopt.solvers.lagrange.prices import PriceRows
 from stratopt.solvers.lagrange.relaxation import LpBound, Relaxation
 
 __all__ = [
     "MESSAGE_METHOD",
-    "MESSAGE_MIN_SHARE",
-    "MESSAGE_PART",
-    "PRICE_RATE",
+    "PRICE_STEPS",
     "QUICK_PRICE_COLUMNS",
     "STALL_GAIN",
     "STALL_ROUNDS",
@@ -61,42 +64,22 @@ __all__ = [
 #: Message sweeps per round (see the module's docstring).
 SWEEPS = 2
 
-#: The part of the relaxation's share of the time limit (``bound_share``) the message bound takes in
-#: one worker in its place: half (a quarter of the limit by default). On the instances it serves the
-#: answer runs need both workers: at half the limit IOPDDL K's gap went from 17.7% to 12.6%, but S's
-#: cost rose from 1.002x to 1.015x the best submitted; at a quarter K, S and M ended at 0.988x,
-#: 1.003x and 1.000x, their gaps about where the level method alone leaves them (18.0%, 9.7%,
-#: 14.2%). ``bound_share=1`` gives it half the limit.
-MESSAGE_PART = 0.5
-
-#: The least ``bound_share`` at which the message bound runs (it then takes MESSAGE_PART of it, half
-#: the limit at 1). At the default share (a quarter of the limit) it cost the answer runs a worker
-#: for nothing measured: IOPDDL K and S ended at gaps of 18.0% and 9.7% with it, 17.7% and 10.1%
-#: without; on M (2026-11-28, contest limit) it climbed 2 rounds in 41 s to 2.86e10, where the
-#: search alone proves 4.59e10, and M ended at 14.0-17.9% and 1.000-1.051x the best submitted cost
-#: in three searches with it, 8.1% and 0.9998x in two without.
-MESSAGE_MIN_SHARE = 1.0
-
-#: Columns per second of the prices' first (cold) simplex solve on this project's 2-core machine,
-#: the other core busy (IOPDDL K 91k columns in 6 s, N 349k in 34 s, T 585k in 154 s). The message
-#: bound runs where that first solve takes at most half its share of the time (later solves start
-#: from its basis: K's take 0.1-0.3 s).
-PRICE_RATE = 8000.0
-
-#: Where the prices' programme has at most this many columns, the message bound is quick: its
-#: rounds after the first take 0.02-0.5 s, and it may run at the default ``bound_share`` where the
-#: linear relaxation would not fit its share with room to spare (see
-#: :func:`~stratopt.solvers.lagrange.jobs.relaxation_job`), stopping where it stalls
-#: (:data:`STALL_ROUNDS`). Its first, cold price solve is then HiGHS's interior point with
-#: crossover (a basis for the warm primal simplex after it) rather than the dual simplex. Measured
-#: on IOPDDL (this project's 2-core machine, the other core busy), the first solve took, by dual
-#: simplex and by interior point: A (24.6k columns) 8.8 s and 6.5 s, C (24.2k) 30 s and 9.2 s, D
-#: (28.8k) 14.1 s and 7.7 s, L (37.7k) 9.7 s and 7.8 s, Q (39.8k) 38.8 s and 19.4 s; on the larger
-#: programmes of networks with thousands of vertices the interior point was the slower one (K, 91k:
-#: 7.0 s and 11.6 s; M, 81k: 14.0 s and 38.2 s; S, 109k: 10.5 s and 21.2 s).
+#: With ``price="lp"`` (the whole prices' programme, HiGHS warm from the last basis: the step
+#: before :mod:`.prices`, kept to compare against), the first, cold solve is HiGHS's interior point
+#: with crossover where the programme has at most this many columns, else the dual simplex.
+#: Measured on IOPDDL (this project's 2-core machine, the other core busy), the first solve took,
+#: by dual simplex and by interior point: A (24.6k columns) 8.8 s and 6.5 s, C (24.2k) 30 s and
+#: 9.2 s, D (28.8k) 14.1 s and 7.7 s, L (37.7k) 9.7 s and 7.8 s, Q (39.8k) 38.8 s and 19.4 s; on
+#: the larger programmes of networks with thousands of vertices the interior point was the slower
+#: one (K, 91k: 7.0 s and 11.6 s; M, 81k: 14.0 s and 38.2 s; S, 109k: 10.5 s and 21.2 s), and the
+#: cold solve alone took 34 s on N (349k) and 154 s on T (585k).
 QUICK_PRICE_COLUMNS = 50_000
 
-#: A quick message bound stops where its best bound has risen by at most STALL_GAIN of itself over
+#: The price steps :func:`message_bound` knows: ``rows`` (:class:`~.prices.PriceRows`, the
+#: default) and ``lp`` (the whole programme, :class:`_PriceLp`).
+PRICE_STEPS = ("rows", "lp")
+
+#: A message bound with ``stall`` stops where its best bound has risen by at most STALL_GAIN of itself over
 #: the last STALL_ROUNDS rounds. Alone on IOPDDL (2 cores, the other busy): C's bound was 0.08% below
 #: its best answer known after 60 rounds (21.7 s), D's 1.8% after 140 (27 s), L's 0.3-0.4% after
 #: 40-60 (33-38 s), each then rising by less than 0.05% in 20 rounds.
@@ -320,6 +303,28 @@ def _stalled(trail: list[float]) -> bool:
     return trail[-1] - trail[-STALL_ROUNDS - 1] <= STALL_GAIN * max(1.0, abs(trail[-1]))
 
 
+def _value(
+    model: PenaltyModel,
+    lam: np.ndarray,
+    node: np.ndarray,
+    floor: float,
+    size: float,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> float:
+    """The bound (problem units) that slot prices ``lam`` prove with node costs ``node`` (scaled,
+    the messages' sums in) and the edges' least entries summing to ``floor``; ``size`` scales the
+    allowance for rounding (:meth:`Messages.parts`)."""
+    net = model.network
+    assert net is not None
+    weights = model.weights_of(lam, start, end)
+    least = segment_min(net.penalised(model, weights) - net.node + node, net.node_off)
+    least = least[np.isfinite(least)]
+    fixed = net.fixed_penalty(model, weights)
+    value = (math.fsum(least.tolist()) + floor + net.shift + fixed) / model.scale - float(lam @ model.room)
+    return value - 1e-12 * (size + float(np.abs(least).sum())) / model.scale
+
+
 def message_bound(
     model: PenaltyModel,
     start: np.ndarray,
@@ -328,13 +333,18 @@ def message_bound(
     rounds: int = 200,
     progress: Callable[[int, float, float], None] | None = None,
     stall: bool = False,
+    price: str = "rows",
 ) -> LpBound:
     """The Lagrangian dual climbed by message passing and price steps (see the module's
     docstring) for ``time_limit`` seconds (None: ``rounds`` rounds): the best round's proven
     bound and its slot prices. ``progress(round, seconds, best bound)`` after each round.
     ``stall``: stop early where the best bound has stalled (:data:`STALL_ROUNDS`, :data:`STALL_GAIN`).
-    The first price solve is the interior point's where the prices' programme is small
-    (:data:`QUICK_PRICE_COLUMNS`), else the dual simplex's."""
+    ``price``: the price step, ``rows`` (:class:`~.prices.PriceRows`) or ``lp`` (the whole
+    programme; its first solve the interior point's where it is small,
+    :data:`QUICK_PRICE_COLUMNS`, else the dual simplex's). The result's ``columns`` and ``rows``
+    are the last price programme's (with ``rows``: the kept one)."""
+    if price not in PRICE_STEPS:
+        raise ValueError(f"message_bound: unknown price step {price!r}; choose one of {', '.join(PRICE_STEPS)}")
     t0 = time.perf_counter()
     net = model.network
     assert net is not None
@@ -345,6 +355,7 @@ def message_bound(
     best, best_prices = -math.inf, lam
     relax: Relaxation | None = None
     lp: _PriceLp | None = None
+    rows_step: PriceRows | None = None
     done = 0
     status = "stopped at its time" if time_limit is not None else "rounds done"
     cold = "ipm" if price_columns(model, start, end) <= QUICK_PRICE_COLUMNS else "simplex"
@@ -359,16 +370,29 @@ def message_bound(
                 messages.sweep()
             moved, floor, size = messages.parts()
             node = net.node + moved
-            least = segment_min(node + penalty, net.node_off)
-            least = least[np.isfinite(least)]
-            fixed = net.fixed_penalty(model, weights)
-            value = (math.fsum(least.tolist()) + floor + net.shift + fixed) / model.scale - float(lam @ model.room)
-            value -= 1e-12 * (size + float(np.abs(least).sum())) / model.scale
+            value = _value(model, lam, node, floor, size, start, end)
             if value > best:
                 best, best_prices = value, lam
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
+            if price == "rows":
+                if rows_step is None:
+                    rows_step = PriceRows(model, start, end)
+                    if rows_step.infeasible:
+                        status = "the usage rows cannot be met"
+                        break
+                lam = rows_step.solve(node, left)
+                certified = _value(model, lam, node, floor, size, start, end)
+                if certified > best:
+                    best, best_prices = certified, lam
+                if progress is not None:
+                    progress(done, time.perf_counter() - t0, best)
+                trail.append(best)
+                if stall and _stalled(trail):
+                    status = "stalled"
+                    break
+                continue
             if relax is None:
                 relax = Relaxation.build(model, start, end, node_costs=node, constant=floor)
                 if relax.infeasible or relax.matrix.shape[1] == 0:
@@ -391,10 +415,15 @@ def message_bound(
                 status = "stalled"
                 break
     finally:
-        if lp is not None:
-            lp.close()
+        if lp is not None or rows_step is not None:
+            import highspy
+
+            # HiGHS's thread scheduler is process-wide: reset, as every HiGHS user here leaves it.
+            highspy.Highs.resetGlobalScheduler(True)
     took = time.perf_counter() - t0
     shape = (0, 0) if relax is None else relax.matrix.shape
+    if rows_step is not None:
+        shape = rows_step.shape
     return LpBound(
         best if math.isfinite(best) else None,
         best_prices,
