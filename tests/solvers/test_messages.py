@@ -59,6 +59,14 @@ def _model(problem):
     return model, start, end
 
 
+def solved(problem):
+    """Brute force's optimum with the model, its start and end slots; None where it is infeasible."""
+    exact = solve(problem, "brute")
+    if exact.status is not Status.OPTIMAL:
+        return None
+    return (exact.objective, *_model(problem))
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_the_message_bound_lies_below_the_optimum_and_the_relaxation(seed):
     """Grids whose reduced network keeps its edges, with forbidden entries and usage limits: after
@@ -244,18 +252,17 @@ def test_both_first_price_solves_bound_below_the_optimum(seed, quick, monkeypatc
     stays below brute force's optimum, and 30 rounds from either end within 1% of each other."""
     from stratopt.solvers.lagrange import messages
 
-    problem = grid(seed)
-    exact = solve(problem, "brute")
-    if exact.status is not Status.OPTIMAL:
+    case = solved(grid(seed))
+    if case is None:
         return
-    model, start, end = _model(problem)
+    optimum, model, start, end = case
     got = {}
     for columns in (quick, 10**9 - quick):
         monkeypatch.setattr(messages, "QUICK_PRICE_COLUMNS", columns)
         got[columns] = message_bound(model, start, end, rounds=30, price="lp").bound
-        assert got[columns] is not None and got[columns] <= exact.objective + _slack(exact.objective)
+        assert got[columns] is not None and got[columns] <= optimum + _slack(optimum)
     a, b = got.values()
-    assert abs(a - b) <= 0.01 * max(1.0, abs(exact.objective))
+    assert abs(a - b) <= 0.01 * max(1.0, abs(optimum))
 
 
 def _all_costs(net, node: np.ndarray, edge: np.ndarray) -> np.ndarray:

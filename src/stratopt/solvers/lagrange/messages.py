@@ -384,28 +384,20 @@ def message_bound(
                         break
                 lam = rows_step.solve(node, left)
                 certified = _value(model, lam, node, floor, size, start, end)
-                if certified > best:
-                    best, best_prices = certified, lam
-                if progress is not None:
-                    progress(done, time.perf_counter() - t0, best)
-                trail.append(best)
-                if stall and _stalled(trail):
-                    status = "stalled"
+            else:
+                if relax is None:
+                    relax = Relaxation.build(model, start, end, node_costs=node, constant=floor)
+                    if relax.infeasible or relax.matrix.shape[1] == 0:
+                        status = "the usage rows cannot be met" if relax.infeasible else "nothing left to price"
+                        break
+                    lp = _PriceLp(relax, cold)
+                assert lp is not None
+                duals = lp.solve(node, (net.shift + floor) / model.scale, model.scale, min(left, 1e9))
+                if duals is None:
+                    status = "HiGHS gave no prices in time"
                     break
-                continue
-            if relax is None:
-                relax = Relaxation.build(model, start, end, node_costs=node, constant=floor)
-                if relax.infeasible or relax.matrix.shape[1] == 0:
-                    status = "the usage rows cannot be met" if relax.infeasible else "nothing left to price"
-                    break
-                lp = _PriceLp(relax, cold)
-            assert lp is not None
-            duals = lp.solve(node, (net.shift + floor) / model.scale, model.scale, min(left, 1e9))
-            if duals is None:
-                status = "HiGHS gave no prices in time"
-                break
-            certified = relax.value(duals)
-            lam = relax.slot_prices(duals, slots)
+                certified = relax.value(duals)
+                lam = relax.slot_prices(duals, slots)
             if certified > best:
                 best, best_prices = certified, lam
             if progress is not None:
