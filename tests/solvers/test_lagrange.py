@@ -4,6 +4,7 @@ bounds no higher, repair and the Lagrangian value checked by brute force."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -535,6 +536,40 @@ def _exact_oracle(problem: StrategyProblem, model: PenaltyModel, prices: np.ndar
     ].sum(axis=1)
     best = int(np.argmin(total))  # the first least, as a loop in enumeration order finds it
     return every[best], model.dual_value(weights, float(total[best]), prices)
+
+
+def test_the_level_step_over_the_live_slots_is_the_step_over_all():
+    """The level step solves its two problems over the slots some cut overloads or the centre
+    prices, distinct columns once in the maximum: the same ceiling and the same prices as over
+    every slot (random cuts, half the slots never overloaded, a third duplicated)."""
+    from stratopt.solvers.lagrange import bound as bound_module
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(30):
+        m, s = int(rng.integers(2, 9)), int(rng.integers(4, 40))
+        g = rng.normal(size=(m, s))
+        never = rng.random(s) < 0.5  # slots no answer overloads
+        g[:, never] = -np.abs(g[:, never])
+        copies = rng.integers(0, s, size=s // 3)
+        g[:, rng.integers(0, s, size=len(copies))] = g[:, copies]
+        g[0] = -np.abs(g[0])  # one answer keeps the limit everywhere: the model is bounded
+        k = rng.normal(size=m) * 3
+        centre = np.where(rng.random(s) < 0.2, rng.random(s), 0.0)
+        level = bound_module.Level.__new__(bound_module.Level)
+        level.constants, level.slopes, level.centre = list(k), list(g), centre
+        level.levels, level.ceiling = 0, math.inf
+        full = bound_module._model_maximum(k, g)
+        assert full is not None
+        low = full[0] - abs(full[0]) - 1.0
+        step = level._level_step(low)
+        assert step is not None and math.isclose(level.ceiling, full[0], rel_tol=1e-7, abs_tol=1e-7)
+        need = bound_module.LEVEL * full[0] + (1 - bound_module.LEVEL) * low - k
+        whole = bound_module._project(centre, g, need)
+        assert np.allclose(step, whole, atol=1e-4), (step, whole)
+        assert (g @ step >= need - 1e-4).all()
+        checked += 1
+    assert checked == 30
 
 
 def test_the_level_method_reaches_the_dual_where_polyak_creeps(monkeypatch):

@@ -136,7 +136,7 @@ class Lagrange:
         def more(started: int) -> bool:
             if search.closed():  # the bound has met the best answer: nothing left to find
                 return False
-            return started < runs if clock.deadline is None else clock.left() > 2.0
+            return started < runs if clock.deadline is None else clock.left() > LAST_START
 
         def next_run() -> tuple[np.ndarray, np.ndarray | None, Run]:
             w, lam = schedule.next(search.best_weights)
@@ -151,7 +151,9 @@ class Lagrange:
                 clock.say(
                     f"first run to its first backtrack in {outcome.seconds:.1f} s: {schedule.seconds:.1f} s per run"
                 )
-            search.take(w, outcome, lam)
+            # Past the last run's start the ascent's next prices go unused: not computed (IOPDDL
+            # D: a level step of 1-3 s in this process, after the deadline).
+            search.take(w, outcome, lam, learn=clock.left() > LAST_START)
             if first:  # its time is not a full run's: proving() leaves it out
                 search.history[-1]["first_run"] = True
 
@@ -246,6 +248,9 @@ class Lagrange:
         assignment = tuple(search.best.tolist())
         return Result(self.name, Status.FEASIBLE, assignment=assignment, bound=lower, limit=limit, stats=stats)
 
+
+#: No run starts with fewer seconds than this left before the deadline.
+LAST_START = 2.0
 
 #: How long past the deadline the search waits for runs still going before it stops them (each
 #: run's toulbar2 limit, repair and polish end before the deadline; this catches a run that overruns).
@@ -483,8 +488,9 @@ class _Search:
             f"best {self.best_cost:.6g}"
         )
 
-    def take(self, w: np.ndarray, outcome: Attempt, lam: np.ndarray | None = None) -> None:
-        """A run with weights ``w`` (a bound run at prices ``lam``) ended with ``outcome``."""
+    def take(self, w: np.ndarray, outcome: Attempt, lam: np.ndarray | None = None, learn: bool = True) -> None:
+        """A run with weights ``w`` (a bound run at prices ``lam``) ended with ``outcome``;
+        ``learn``: the ascent takes its next prices from it (False where no run follows)."""
         problem, model, engine = self.problem, self.model, self.engine
         a, took = outcome.raw, outcome.seconds
         self.lagrangian = max(self.lagrangian, outcome.bound)
@@ -497,7 +503,7 @@ class _Search:
                 self.schedule.found_nothing()
             return
         ascent = self.schedule.ascent
-        if lam is not None:
+        if lam is not None and learn:
             ascent.learn(lam, a, outcome.bound, self.best_cost)
         ev = evaluate(problem, a)
         if lam is None:  # an answer run's answer bounds the dual from above too
