@@ -52,7 +52,6 @@ from stratopt.solvers.lagrange.relaxation import LpBound, Relaxation
 
 __all__ = [
     "MESSAGE_METHOD",
-    "PRICE_OVERSTEP",
     "PRICE_STEPS",
     "QUICK_PRICE_COLUMNS",
     "STALL_GAIN",
@@ -80,15 +79,6 @@ QUICK_PRICE_COLUMNS = 50_000
 #: The price steps :func:`message_bound` knows: ``rows`` (:class:`~.prices.PriceRows`, the
 #: default) and ``lp`` (the whole programme, :class:`_PriceLp`).
 PRICE_STEPS = ("rows", "lp")
-
-#: Each round's messages take the prices the last price step found stepped on past it: ``lam +
-#: (PRICE_OVERSTEP - 1) * (lam - the round's prices)`` (at least 0; 1: the step's own). Any prices give
-#: a bound, computed afresh each round, and the step's own prices are the round's bound. Alone on
-#: IOPDDL (two bounds at once on this project's 2 cores, 2026-12-03, 2 against 1): R 3.219e11 against
-#: 3.181e11 after 120 s and 3.110e11 against about 3.04e11 after 45 s; K 1.998e9 against 1.950e9
-#: after 45 s; T 6.100e11 against 6.113e11 after 120 s (its price steps slower warm, 127 rounds
-#: against 142). 1.5 gave R half of 2's gain; 3 no more than 2.
-PRICE_OVERSTEP = 2.0
 
 #: A message bound with ``stall`` stops where its best bound has risen by at most STALL_GAIN of itself over
 #: the last STALL_ROUNDS rounds. Alone on IOPDDL (2 cores, the other busy): C's bound was 0.08% below
@@ -387,7 +377,6 @@ def message_bound(
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            before = lam
             if price == "rows":
                 if rows_step is None:
                     rows_step = PriceRows(model, start, end)
@@ -412,9 +401,6 @@ def message_bound(
                 lam = relax.slot_prices(duals, slots)
             if certified > best:
                 best, best_prices = certified, lam
-            # The next round's messages take the prices stepped past the step's own (see
-            # PRICE_OVERSTEP); this round's bound is the step's.
-            lam = np.maximum(0.0, lam + (PRICE_OVERSTEP - 1.0) * (lam - before))
             if progress is not None:
                 progress(done, time.perf_counter() - t0, best)
             trail.append(best)
