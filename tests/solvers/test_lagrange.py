@@ -655,3 +655,35 @@ def test_the_level_method_leaves_prices_where_an_inexact_run_proved_too_little(m
         closer += with_rule > without + 1e-9 * max(1.0, abs(without))
         stalled += stalls
     assert stalled > 0 and closer > 0
+
+
+def test_a_bound_run_taken_after_the_last_start_teaches_the_ascent_nothing():
+    """A bound run the search takes with ``learn=False`` (no run follows it) leaves the ascent's
+    prices and its step count as they were; the same run taken with ``learn`` moves them. Its
+    proven value counts either way."""
+    from stratopt.solvers.lagrange import Level
+    from stratopt.solvers.lagrange.runs import Attempt
+    from stratopt.solvers.lagrange.schedule import Schedule, Weights
+    from stratopt.solvers.lagrange.solver import _Search
+
+    rng = np.random.default_rng(1)
+    moved = 0
+    for _ in range(12):
+        problem = _random_limited(rng)
+        model, engine = PenaltyModel.build(problem), LocalEngine(problem)
+        if not model.relevant.any():
+            continue
+        searches = []
+        for learn in (False, True):
+            ascent = Level(model, engine)
+            schedule = Schedule(model, Weights(model, 1.0), ascent, np.random.default_rng(0), 5.0, True)
+            search = _Search(problem, model, engine, schedule, None, lambda _msg: None)
+            prices = ascent.prices.copy()
+            a, value = _exact_oracle(problem, model, prices)
+            search.take(np.ones(model.n), Attempt(np.asarray(a), value, 0.1, []), prices, learn=learn)
+            assert search.lagrangian == value
+            searches.append((ascent, prices))
+        (still, before), (taught, start) = searches
+        assert np.array_equal(still.prices, before) and still.runs == 0
+        moved += taught.runs > 0 or not np.array_equal(taught.prices, start)
+    assert moved >= 3

@@ -24,8 +24,7 @@ blocks, each exact:
   kept from round to round, HiGHS warm while they stay the same); ``price="lp"`` solves the whole
   programme instead, HiGHS's simplex warm-started from the previous round's basis.
 
-A round is :data:`SWEEPS` sweeps of messages and one price step (the next round's messages take
-its prices stepped on past them, :data:`PRICE_OVERSTEP`), and the bound rises with the
+A round is :data:`SWEEPS` sweeps of messages and one price step, and the bound rises with the
 rounds' count, not with how far each sweep goes (in a first version, 100, 25, 5 and 2 sweeps a
 round gave the same bound per round on IOPDDL K). Alone on this project's 2-core machine
 (``scripts/bench_messages.py``, 2026-12-02), the rows step gives the whole programme's bound
