@@ -439,10 +439,11 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     monkeypatch.setattr(lagrange.schedule.Weights, "learn", learn)
     p = _tight_problem()
     r = solve(p, "lagrange", workers=0, runs=10, seconds=12)
-    assert [s for s, b in calls if b] == [4, 8] and all(s == 12 for s, b in calls if not b)
-    # Only the answer runs taught the narrowing (8 of them, all of which found an answer).
-    assert len(learned) == sum(1 for _, b in calls if not b) == 8
-    assert r.stats["bound_runs"] == 1  # the one that found nothing had no answer to step from
+    bound = [s for s, b in calls if b]  # the relaxation's prices came: every second run after them
+    assert len(bound) >= 3 and bound == [4] + [8] * (len(bound) - 1) and all(s == 12 for s, b in calls if not b)
+    # Only the answer runs taught the narrowing (all of them found an answer).
+    assert len(learned) == sum(1 for _, b in calls if not b) == 10 - len(bound)
+    assert r.stats["bound_runs"] == len(bound) - 1  # the one that found nothing had no answer to step from
     assert r.bound <= solve(p, "brute").objective == r.objective
 
 
@@ -687,3 +688,43 @@ def test_a_bound_run_taken_after_the_last_start_teaches_the_ascent_nothing():
         assert np.array_equal(still.prices, before) and still.runs == 0
         moved += taught.runs > 0 or not np.array_equal(taught.prices, start)
     assert moved >= 3
+
+
+def test_prices_from_a_relaxation_bring_the_next_run_and_every_priced_one_to_them():
+    """Before a relaxation's prices come, one run in BOUND_EVERY is a bound run; once they come
+    (:meth:`Schedule.priced`), the very next run is a bound run at the ascent's prices, and then
+    every PRICED_EVERY-th run."""
+    from stratopt.solvers.lagrange import Level
+    from stratopt.solvers.lagrange.schedule import BOUND_EVERY, PRICED_EVERY, Schedule, Weights
+
+    assert PRICED_EVERY < BOUND_EVERY
+    problem = _tight_problem()
+    model, engine = PenaltyModel.build(problem), LocalEngine(problem)
+    ascent = Level(model, engine)
+    schedule = Schedule(model, Weights(model, 1.0), ascent, np.random.default_rng(0), 5.0, True)
+    best = np.ones(model.n)
+    before = [schedule.next(best)[1] is not None for _ in range(2 * BOUND_EVERY)]
+    assert before == ([False] * (BOUND_EVERY - 1) + [True]) * 2
+    schedule.next(best)  # an answer run: the next bound run is BOUND_EVERY - 2 runs away
+    prices = np.full(len(model.room), 0.5)
+    ascent.start_from(prices)
+    schedule.priced()
+    after = [schedule.next(best) for _ in range(2 * PRICED_EVERY + 1)]
+    assert [lam is not None for _, lam in after] == [True] + ([False] * (PRICED_EVERY - 1) + [True]) * 2
+    assert np.array_equal(after[0][1], prices)
+
+
+def test_bound_runs_last_past_the_first_runs_first_answer():
+    """A bound run gets at least FIRST_ANSWER_FACTOR times the first run's time to its first
+    backtrack, never more than the length by size."""
+    from stratopt.solvers.lagrange.schedule import BOUND_FRACTION, FIRST_ANSWER_FACTOR, Schedule
+
+    price = np.zeros(2)
+    s = Schedule(None, None, None, None, 20.0, True)  # type: ignore[arg-type]
+    assert s.run_seconds(price, False, 100.0, True) == int(20 / BOUND_FRACTION)
+    s.first_answer(7.7)
+    assert s.run_seconds(price, False, 100.0, True) == int(FIRST_ANSWER_FACTOR * 7.7)
+    s.first_answer(1.0)  # a quicker first answer never shortens them
+    assert s.run_seconds(price, False, 100.0, True) == int(FIRST_ANSWER_FACTOR * 7.7)
+    s.first_answer(50.0)
+    assert s.run_seconds(price, False, 100.0, True) == 20

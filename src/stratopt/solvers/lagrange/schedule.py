@@ -4,7 +4,8 @@ Answer runs narrow each vertex's weight between the highest that broke the limit
 the lowest that kept it (:class:`Weights`), spread along the golden-ratio sequence; every
 :data:`EXPLOIT`-th answer run shakes the best answer's weights instead. After every
 ``BOUND_EVERY - 1`` answer runs comes a run for the bound, at the slot prices of the ascent
-(:class:`~stratopt.solvers.lagrange.bound.Level`).
+(:class:`~stratopt.solvers.lagrange.bound.Level`); once a relaxation's prices have come, the next
+run and every :data:`PRICED_EVERY`-th after it (by default every run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,24 @@ SHAKE = 0.15
 #: (2,738) to 1.29e9 (84% of the best submitted cost).
 BOUND_EVERY = 4
 BOUND_FRACTION = 3
+
+#: Once a relaxation's slot prices have come (:meth:`Schedule.priced`), one run in this many is a
+#: bound run, the first of them the next run. At those prices toulbar2's answers, repaired and
+#: merged, were the searches' best: on the seed-17 copy of IOPDDL K (contest limit, 2 cores) the
+#: message bound's prices came at 91 s and the two bound runs after them found 2.52e9 and 2.27e9
+#: against 2.54-2.97e9 from every answer run; on U's copy they came at 143 s and the first bound
+#: run at them started 100 s later (four 20 s runs apart). One search each on the copies, from one
+#: bound run in 4 to the next run and one in 2 (the answer runs between them shaken from the best
+#: answer's weights) and to every run: K ended at 0.999x, 0.971x and 0.956x the best submitted
+#: cost, U at 0.938x, 0.890x and 0.899x; R at 1.011x with one in 2 (its shaken answer runs broke
+#: the limit at 9-10k vertices, the bound runs at 3-7k) and 0.964x with every run.
+PRICED_EVERY = 1
+
+#: A bound run gets at least this many times the first run's seconds to its first backtrack
+#: (within the length by size): a shorter one ends before toulbar2's first answer (U's copy:
+#: 6.7 s bound runs, 7.7 s to the first backtrack, and its first bound run at the message bound's
+#: prices found nothing).
+FIRST_ANSWER_FACTOR = 1.5
 
 
 class Weights:
@@ -96,6 +115,7 @@ class Schedule:
         self.has_limit = has_limit
         self.answers = 0
         self.since_bound = 0
+        self.every = BOUND_EVERY  # one run in this many is a bound run
         # Seconds of the bound runs where toulbar2 does not prove its runs (see BOUND_FRACTION),
         # from the run length by size: shorter answer runs (time_runs) leave them as they are.
         self.by_size = seconds
@@ -111,7 +131,7 @@ class Schedule:
         # is as high as those prices allow (capped weights stay covered: a lower weight only
         # lowers the bound). In place of an answer run instead, they ended IOPDDL S at
         # 1.028-1.035x three times (1.007-1.023x without them).
-        if best_weights is not None and self.since_bound >= BOUND_EVERY - 1:
+        if best_weights is not None and self.since_bound >= self.every - 1:
             self.since_bound = 0
             lam = self.ascent.next_prices()
             return np.minimum(self.ascent.weights(lam), model.weight_cap), lam
@@ -138,6 +158,17 @@ class Schedule:
         toulbar2's dual bound, which TRW-S raises with time (IOPDDL M's gap went from 3.4% to
         10-13% when they shrank with the answer runs)."""
         self.seconds = seconds
+
+    def priced(self) -> None:
+        """A relaxation's slot prices have come (the ascent starts from them): the next run is a
+        bound run at them, and from here on one in :data:`PRICED_EVERY`."""
+        self.every = min(self.every, PRICED_EVERY)
+        self.since_bound = max(self.since_bound, self.every - 1)
+
+    def first_answer(self, seconds: float) -> None:
+        """The first run reached its first backtrack in ``seconds``: the bound runs get at least
+        :data:`FIRST_ANSWER_FACTOR` times that (within the length by size)."""
+        self.short = max(self.short, min(self.by_size, FIRST_ANSWER_FACTOR * seconds))
 
     def found_nothing(self) -> None:
         """A bound run too short to find the answer the ascent steps from: the next ones get twice as long."""

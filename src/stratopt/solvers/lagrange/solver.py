@@ -147,6 +147,7 @@ class Lagrange:
         def took(w: np.ndarray, outcome: Attempt, lam: np.ndarray | None, first: bool) -> None:
             if first and outcome.raw is not None:
                 schedule.time_runs(timed_seconds(outcome.seconds, seconds))
+                schedule.first_answer(outcome.seconds)
                 stats["first_run_seconds"] = round(outcome.seconds, 2)
                 clock.say(
                     f"first run to its first backtrack in {outcome.seconds:.1f} s: {schedule.seconds:.1f} s per run"
@@ -451,6 +452,7 @@ class _Search:
             self.bound, self.bound_from = outcome.bound, outcome.method
         if outcome.prices is not None:
             self.schedule.ascent.start_from(outcome.prices)
+            self.schedule.priced()
         cost = self._offer(outcome.assignment)
         if math.isfinite(cost):
             self.lp["cost"] = cost
