@@ -439,7 +439,7 @@ def test_bound_runs_are_short_where_toulbar2_does_not_prove(monkeypatch):
     monkeypatch.setattr(lagrange.schedule.Weights, "learn", learn)
     p = _tight_problem()
     r = solve(p, "lagrange", workers=0, runs=10, seconds=12)
-    bound = [s for s, b in calls if b]  # the relaxation's prices came: every second run after them
+    bound = [s for s, b in calls if b]  # the relaxation's prices came: PRICED_EVERY runs after them
     assert len(bound) >= 3 and bound == [4] + [8] * (len(bound) - 1) and all(s == 12 for s, b in calls if not b)
     # Only the answer runs taught the narrowing (all of them found an answer).
     assert len(learned) == sum(1 for _, b in calls if not b) == 10 - len(bound)

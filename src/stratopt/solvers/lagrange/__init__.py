@@ -26,12 +26,12 @@ costs at least ``min_x [cost(x) + sum_t lam_t (load_t(x) - limit)]``. A run with
 ``w`` bounds that minimum from below for every ``lam`` whose interval sums cover ``w``
 (``sum_{t in I_v} lam_t >= w_v``), through toulbar2's dual bound on the penalised problem. The
 narrowing's runs use the cover that puts each vertex's weight on the slot of its interval with
-the least room below the limit; one run in :data:`BOUND_EVERY` instead takes its weights from
-slot prices that a proximal level method over the cuts of every answer seen chooses (Polyak's
-subgradient steps until an answer keeps the limit, and where a run proved too little for the
-level to move: :mod:`.bound`); its value is toulbar2's proven bound at those prices (IOPDDL A:
-within 1% of the best cost known; S, where toulbar2 proves nothing in 20 s and these runs are
-short: about 10% below the best answer).
+the least room below the limit; one run in :data:`BOUND_EVERY` (every run once a relaxation's
+prices have come: :data:`PRICED_EVERY`) instead takes its weights from slot prices that a proximal
+level method over the cuts of every answer seen chooses (Polyak's subgradient steps until an answer
+keeps the limit, and where a run proved too little for the level to move: :mod:`.bound`); its value
+is toulbar2's proven bound at those prices (IOPDDL A: within 1% of the best cost known; S, where
+toulbar2 proves nothing in 20 s and these runs are short: about 10% below the best answer).
 Where its size fits a share of the time (``bound_share``), one worker also solves the linear
 relaxation of the reduced model with HiGHS's interior point method; weak duality turns its row
 duals, whatever their accuracy, into a proven bound, and its usage rows' duals into the slot prices
@@ -66,7 +66,15 @@ from stratopt.solvers.lagrange.repair import (
     resolve_region,
 )
 from stratopt.solvers.lagrange.runs import TRWS_ACCURACY, Attempt, Run, attempt, run_penalised
-from stratopt.solvers.lagrange.schedule import BOUND_EVERY, BOUND_FRACTION, EXPLOIT, SHAKE, Schedule, Weights
+from stratopt.solvers.lagrange.schedule import (
+    BOUND_EVERY,
+    BOUND_FRACTION,
+    EXPLOIT,
+    PRICED_EVERY,
+    SHAKE,
+    Schedule,
+    Weights,
+)
 from stratopt.solvers.lagrange.solver import Lagrange
 from stratopt.solvers.lagrange.workers import as_child
 
@@ -74,6 +82,7 @@ __all__ = [
     "BOUND_EVERY",
     "BOUND_FRACTION",
     "EXPLOIT",
+    "PRICED_EVERY",
     "REGION_REPAIR_EXCESS",
     "REGION_REPAIR_SLOTS",
     "SHAKE",
