@@ -108,3 +108,19 @@ def test_an_unknown_price_step_is_an_error():
     model, start, end = _model(problem)
     with pytest.raises(ValueError, match="price step"):
         message_bound(model, start, end, rounds=1, price="fast")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_segment_argmin_picks_what_a_stable_sort_picks(seed):
+    """Each nonempty segment's first least value, ties, forbidden (infinite) choices and empty
+    segments included: the index a stable sort by (segment, value) puts first."""
+    from stratopt.solvers.lagrange.model import segment_argmin
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 5, 40)
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    values = rng.integers(0, 3, int(off[-1])).astype(float)  # few values: many ties
+    values[rng.random(len(values)) < 0.2] = np.inf
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    expected = np.lexsort((values, owner))[off[:-1][sizes > 0]]
+    assert np.array_equal(segment_argmin(values, off), expected)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from stratopt.solvers.lagrange.model import PenaltyModel, interval_sum, range_argmin
+from stratopt.solvers.lagrange.model import PenaltyModel, interval_sum, range_argmin, segment_argmin
 
 __all__ = ["ADD_PER_PASS", "PriceRows"]
 
@@ -132,8 +132,7 @@ class PriceRows:
         no duals) and how many vertices it held."""
         finite = np.where(np.isfinite(cost), cost, np.inf)
         # Each vertex's cheapest choice, for those the kept rows leave out.
-        order = np.lexsort((finite, self.owner))
-        cheapest = order[self.node_off[:-1][self.k > 0]]
+        cheapest = segment_argmin(finite, self.node_off)
         x = np.zeros(len(cost))
         x[cheapest] = 1.0
         if not self.kept:
